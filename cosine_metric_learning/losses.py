@@ -1,0 +1,92 @@
+"""Losses for cosine metric learning: pure TensorFlow functions.
+
+All functions take integer ``labels`` of shape (N,) and float ``features``
+(or ``logits``) of shape (N, D) and return scalar tensors.
+"""
+
+import tensorflow as tf
+
+LOSS_MODES = ("cosine-softmax", "triplet", "magnet")
+
+
+def pairwise_squared_distance(a, b):
+    """Squared Euclidean distances ``d[i, j] = |a_i - b_j|^2``, shape (N, M)."""
+    a2 = tf.reduce_sum(tf.square(a), axis=1, keepdims=True)
+    b2 = tf.reduce_sum(tf.square(b), axis=1, keepdims=True)
+    return a2 - 2.0 * tf.matmul(a, b, transpose_b=True) + tf.transpose(b2)
+
+
+def cosine_softmax_loss(labels, logits):
+    """Mean sparse softmax cross-entropy of the cosine-softmax logits."""
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.int64), logits=logits))
+
+
+def accuracy(labels, logits):
+    """Fraction of samples whose arg-max logit is their label."""
+    predicted = tf.argmax(logits, axis=1, output_type=tf.int64)
+    return tf.reduce_mean(tf.cast(
+        tf.equal(predicted, tf.cast(labels, tf.int64)), tf.float32))
+
+
+def soft_margin_triplet_loss(labels, features, eps=1e-5):
+    """Soft-margin batch-hard triplet loss (Hermans, Beyer, Leibe 2017).
+
+    Returns
+    -------
+    (loss, diagnostics)
+        ``loss`` is ``mean(softplus(hardest_positive - hardest_negative))``;
+        ``diagnostics`` maps names to scalars for TensorBoard: fraction of
+        active triplets (hardest positive farther than hardest negative),
+        mean feature norm, mean, positive and negative distances.
+    """
+    # distances
+    distances = tf.sqrt(tf.maximum(
+        0.0, eps + pairwise_squared_distance(features, features)))
+    same = tf.equal(labels[:, None], labels[None, :])
+
+    # hardest positive: the farthest sample with the same label
+    positive = tf.reduce_max(
+        tf.where(same, distances, tf.zeros_like(distances)), axis=1)
+    # hardest negative: the nearest sample with another label
+    negative = tf.reduce_min(
+        tf.where(same, tf.fill(tf.shape(distances), distances.dtype.max),
+                 distances), axis=1)
+
+    loss = tf.reduce_mean(tf.nn.softplus(positive - negative))
+    diagnostics = {
+        "fraction_active_triplets": tf.reduce_mean(
+            tf.cast(positive > negative, tf.float32)),
+        "mean_feature_norm": tf.reduce_mean(tf.norm(features, axis=1)),
+        "mean_distance": tf.reduce_mean(distances),
+        "mean_positive_distance": tf.reduce_mean(positive),
+        "mean_negative_distance": tf.reduce_mean(negative),
+    }
+    return loss, diagnostics
+
+
+def magnet_loss(labels, features, margin=1.0, eps=1e-4):
+    """Unimodal magnet loss (Rippel et al. 2016) on the classes of the batch.
+
+    Squared distances of samples to the batch class means, normalised by
+    the variance of samples around their own mean; per sample
+    ``max(0, -log(eps + A / (eps + B)))`` with ``A`` the own-class term and
+    ``B`` the sum of the other-class terms of ``exp(linear - rowmax)``.
+    """
+    # class means of the batch
+    unique_labels, class_index = tf.unique(labels)
+    num_classes = tf.size(unique_labels)
+    means = tf.math.unsorted_segment_mean(features, class_index, num_classes)
+    own_class = tf.one_hot(class_index, num_classes, dtype=features.dtype)
+
+    # squared distances to the means and the variance around own means
+    d2 = pairwise_squared_distance(features, means)
+    num_samples = tf.cast(tf.shape(features)[0], features.dtype)
+    variance = tf.reduce_sum(own_class * d2) / (num_samples - 1.0)
+
+    # own-class term A against other-class terms B
+    linear = -d2 / (2.0 * (variance + eps)) - margin * own_class
+    exponent = tf.exp(linear - tf.reduce_max(linear, axis=1, keepdims=True))
+    a = tf.reduce_sum(own_class * exponent, axis=1)
+    b = tf.reduce_sum((1.0 - own_class) * exponent, axis=1)
+    return tf.reduce_mean(tf.maximum(0.0, -tf.math.log(eps + a / (eps + b))))

@@ -1,0 +1,66 @@
+"""Image reading and preprocessing: the one place both are defined.
+
+The network sees ``float32(image) / 255`` in RGB order; training adds a
+random left-right flip. ``input_is_bgr`` reverses the channels first (Deep
+SORT feeds OpenCV's BGR frames to the exported encoder).
+"""
+
+import tensorflow as tf
+
+
+def decode_image(contents, image_shape):
+    """Decode encoded image bytes to uint8 RGB of ``image_shape[:2]``.
+
+    Any channel count is forced to 3; images of another size are resized
+    bilinearly (and rounded back to uint8).
+    """
+    image = tf.io.decode_image(contents, channels=3, expand_animations=False)
+    height, width = image_shape[0], image_shape[1]
+    same_size = tf.logical_and(tf.shape(image)[0] == height,
+                               tf.shape(image)[1] == width)
+    image = tf.cond(
+        same_size,
+        lambda: tf.image.resize_with_crop_or_pad(image, height, width),
+        lambda: tf.cast(tf.round(tf.clip_by_value(tf.image.resize(
+            image, (height, width)), 0.0, 255.0)), tf.uint8))
+    image.set_shape((height, width, 3))
+    return image
+
+
+def read_image(filename, image_shape):
+    """Read and decode one image file (a scalar string tensor)."""
+    return decode_image(tf.io.read_file(filename), image_shape)
+
+
+def preprocess(image, training=False, input_is_bgr=False):
+    """Map uint8 images (..., H, W, 3) to the network's float32 input."""
+    if input_is_bgr:
+        image = tf.reverse(image, axis=[-1])
+    image = tf.cast(image, tf.float32) / 255.0
+    if training:
+        image = tf.image.random_flip_left_right(image)
+    return image
+
+
+def make_batch_loader(image_shape, training=False):
+    """A function mapping a batch of inputs to preprocessed float32 images.
+
+    The inputs are either file names (a string vector: read, decode and
+    resize each) or uint8 images already in memory ``(N, H, W, 3)``.
+    """
+    out_shape = tuple(image_shape[:2]) + (3,)
+
+    def load(inputs):
+        if inputs.dtype == tf.string:
+            def load_one(filename):
+                return preprocess(read_image(filename, out_shape), training)
+            return tf.map_fn(
+                load_one, inputs, parallel_iterations=16,
+                fn_output_signature=tf.TensorSpec(out_shape, tf.float32))
+        if training:  # flip per image, not the batch as a whole
+            return tf.map_fn(lambda x: preprocess(x, training=True), inputs,
+                             fn_output_signature=tf.TensorSpec(out_shape,
+                                                               tf.float32))
+        return preprocess(inputs)
+
+    return load

@@ -1,0 +1,329 @@
+"""The queued input pipeline: feed generators, producer threads, FIFO queue.
+
+A feed generator yields batches of inputs (file names or uint8 images) and
+int labels. Producer threads take batches from one ``ThreadSafeIterator``
+over it, each runs a ``tf.function`` that reads, decodes, resizes and
+preprocesses the batch and ``enqueue_many``s it onto a ``tf.queue.FIFOQueue``
+on the CPU. The training step dequeues ``batch_size`` elements at a time.
+
+A producer that fails stops the pipeline: the queue is closed with pending
+enqueues cancelled, so a blocked dequeue returns, and the failure is raised
+in the main thread as a :class:`ProducerError` naming the file or batch.
+"""
+
+import threading
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from cosine_metric_learning import preprocessing
+from cosine_metric_learning.errors import UsageError
+
+DEFAULT_CAPACITY = 512
+DEFAULT_NUM_THREADS = 4
+
+
+class ProducerError(RuntimeError):
+    """A producer thread failed; raised in the thread that consumes."""
+
+
+class ThreadSafeIterator:
+    """Serialises ``next()`` on one iterator for several threads."""
+
+    def __init__(self, iterable):
+        self._iterator = iter(iterable)
+        self._lock = threading.Lock()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        with self._lock:
+            return next(self._iterator)
+
+
+# Feed generators ------------------------------------------------------------
+
+def _check_batch_size(batch_size):
+    if batch_size < 1:
+        raise UsageError(f"batch_size={batch_size}: expected at least 1")
+
+
+def random_sample_identities_forever(batch_size, num_samples_per_id, data_x,
+                                     data_y, seed=None):
+    """Yield identity-balanced batches ``(x, y)`` forever.
+
+    Each batch holds ``batch_size // num_samples_per_id`` distinct
+    identities with ``num_samples_per_id`` images each, drawn without
+    replacement. An identity with fewer images contributes all it has and
+    the batch is filled up with further identities, so every batch holds
+    exactly ``batch_size`` real samples.
+
+    Raises
+    ------
+    UsageError
+        If ``batch_size`` is not a multiple of ``num_samples_per_id``, or
+        the data has fewer identities than a batch needs or fewer images
+        than ``batch_size``.
+    """
+    _check_batch_size(batch_size)
+    if num_samples_per_id < 1 or batch_size % num_samples_per_id:
+        raise UsageError(
+            f"batch_size={batch_size} is not a multiple of the number of "
+            f"images per identity ({num_samples_per_id})")
+    data_x, data_y = np.asarray(data_x), np.asarray(data_y)
+    unique_ids, inverse = np.unique(data_y, return_inverse=True)
+    num_ids_per_batch = batch_size // num_samples_per_id
+    if len(unique_ids) < num_ids_per_batch:
+        raise UsageError(
+            f"too few identities: {len(unique_ids)} in the training data, "
+            f"a batch of {batch_size} with {num_samples_per_id} images per "
+            f"identity needs at least {num_ids_per_batch}")
+    if len(data_y) < batch_size:
+        raise UsageError(f"too few images: {len(data_y)} in the training "
+                         f"data, a batch needs {batch_size}")
+    indices_of = [np.flatnonzero(inverse == i) for i in range(len(unique_ids))]
+    rng = np.random.RandomState(seed)
+    while True:
+        batch = []
+        for identity in rng.permutation(len(unique_ids)):
+            candidates = indices_of[identity]
+            take = min(num_samples_per_id, len(candidates),
+                       batch_size - len(batch))
+            batch.extend(rng.choice(candidates, take, replace=False))
+            if len(batch) == batch_size:
+                break
+        batch = np.asarray(batch)
+        yield data_x[batch], data_y[batch]
+
+
+def iterate_forever(batch_size, data_x, data_y):
+    """Yield consecutive full batches ``(x, y)``, wrapping around the data."""
+    _check_batch_size(batch_size)
+    data_x, data_y = np.asarray(data_x), np.asarray(data_y)
+    if len(data_y) == 0:
+        raise UsageError("no data to iterate over")
+    start = 0
+    while True:
+        batch = np.arange(start, start + batch_size) % len(data_y)
+        start = (start + batch_size) % len(data_y)
+        yield data_x[batch], data_y[batch]
+
+
+def random_shuffle_forever(batch_size, data_x, data_y, seed=None):
+    """Yield full batches ``(x, y)`` of a fresh random permutation each epoch.
+
+    Batches run across epoch borders, so every batch is full and every
+    sample is seen once per epoch.
+    """
+    _check_batch_size(batch_size)
+    data_x, data_y = np.asarray(data_x), np.asarray(data_y)
+    if len(data_y) == 0:
+        raise UsageError("no data to shuffle")
+    rng = np.random.RandomState(seed)
+    pending = np.zeros((0,), np.int64)
+    while True:
+        while len(pending) < batch_size:
+            pending = np.concatenate([pending, rng.permutation(len(data_y))])
+        batch, pending = pending[:batch_size], pending[batch_size:]
+        yield data_x[batch], data_y[batch]
+
+
+def run_in_batches(fn, inputs, batch_size):
+    """Apply ``fn`` to consecutive batches of ``inputs``; concatenate.
+
+    Every sample is processed: the last batch may be smaller.
+
+    Parameters
+    ----------
+    fn : callable
+        Maps an array of up to ``batch_size`` inputs to an array whose first
+        dimension matches.
+    inputs : array_like
+    batch_size : int
+
+    Returns
+    -------
+    ndarray
+    """
+    _check_batch_size(batch_size)
+    inputs = np.asarray(inputs)
+    outputs = [np.asarray(fn(inputs[i:i + batch_size]))
+               for i in range(0, len(inputs), batch_size)]
+    if not outputs:
+        raise UsageError("run_in_batches: no inputs")
+    return np.concatenate(outputs, axis=0)
+
+
+# The queue and its producers ------------------------------------------------
+
+class QueuedTrainer:
+    """A FIFO queue on the CPU filled by producer threads.
+
+    Parameters
+    ----------
+    feed_generator : iterator
+        Yields ``(inputs, labels)``: file names (strings) or uint8 images
+        ``(N, H, W, 3)``, and integer labels ``(N,)``.
+    image_shape : tuple
+        ``(height, width, 3)`` of the images in the queue.
+    training : bool
+        Apply the training preprocessing (random flip).
+    num_threads : int
+        Number of producer threads.
+    capacity : int
+        Queue capacity in images.
+    input_spec : tf.TensorSpec or None
+        Signature of one batch of inputs; default: a vector of file names.
+
+    Use as a context manager around the training loop: entering starts the
+    producers, leaving stops them. Inside a ``tf.function``,
+    :meth:`dequeue` takes one batch.
+    """
+
+    def __init__(self, feed_generator, image_shape, training=True,
+                 num_threads=DEFAULT_NUM_THREADS, capacity=DEFAULT_CAPACITY,
+                 input_spec=None):
+        if num_threads < 1:
+            raise UsageError(f"num_enqueue_threads={num_threads}: expected "
+                             "at least 1")
+        if capacity < 1:
+            raise UsageError(f"queue_capacity={capacity}: expected at least 1")
+        self.image_shape = tuple(image_shape)
+        self.capacity = capacity
+        self.num_threads = num_threads
+        self._iterator = ThreadSafeIterator(feed_generator)
+        with tf.device("/cpu:0"):
+            self.queue = tf.queue.FIFOQueue(
+                capacity, [tf.float32, tf.int64],
+                shapes=[self.image_shape, []], name="input_queue")
+        input_spec = input_spec or tf.TensorSpec([None], tf.string)
+        load = preprocessing.make_batch_loader(self.image_shape, training)
+
+        @tf.function(input_signature=[input_spec,
+                                      tf.TensorSpec([None], tf.int64)])
+        def enqueue(inputs, labels):
+            with tf.device("/cpu:0"):
+                self.queue.enqueue_many([load(inputs), labels])
+
+        self._enqueue = enqueue
+        self._load_one = load  # re-run per input to find a bad file
+        self._threads = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._error = None
+        self._num_finished = 0
+
+    # -- consumer side --
+
+    def dequeue(self, batch_size):
+        """``(images, labels)`` of one batch; call inside a tf.function."""
+        images, labels = self.queue.dequeue_many(batch_size)
+        return images, labels
+
+    def size(self):
+        """Number of images in the queue now."""
+        return int(self.queue.size())
+
+    def raise_if_failed(self):
+        """Raise the first producer failure, if any, in the calling thread."""
+        if self._error is not None:
+            message, cause = self._error
+            raise ProducerError(message) from cause
+
+    # -- lifecycle --
+
+    def start(self):
+        """Start the producer threads (once)."""
+        if self._threads:
+            return
+        self._threads = [
+            threading.Thread(target=self._produce, args=(i,), daemon=True,
+                             name=f"producer-{i}")
+            for i in range(self.num_threads)]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout=30.0):
+        """Close the queue, cancel pending enqueues and join the producers."""
+        self._stop.set()
+        self._close(cancel=True)
+        for thread in self._threads:
+            thread.join(timeout)
+            if thread.is_alive():
+                logging.warning("%s did not stop within %.0f s",
+                                thread.name, timeout)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.stop()
+        return False
+
+    def _close(self, cancel):
+        try:
+            self.queue.close(cancel_pending_enqueues=cancel)
+        except tf.errors.OpError:  # already closed
+            pass
+
+    # -- producer side --
+
+    def _produce(self, index):
+        try:
+            while not self._stop.is_set():
+                try:
+                    inputs, labels = next(self._iterator)
+                except StopIteration:
+                    return
+                except Exception as e:
+                    self._fail(f"producer-{index}: the feed generator raised "
+                               f"{type(e).__name__}: {e}", e)
+                    return
+                try:
+                    self._enqueue(inputs, np.asarray(labels, np.int64))
+                except tf.errors.CancelledError:
+                    return  # the queue was closed: we are stopping
+                except Exception as e:
+                    if self._stop.is_set():
+                        return
+                    self._fail(f"producer-{index}: "
+                               f"{self._describe_failure(inputs, e)}", e)
+                    return
+        finally:
+            with self._lock:
+                self._num_finished += 1
+                all_finished = self._num_finished == self.num_threads
+            if all_finished:
+                # A finite generator is exhausted: let the consumer drain
+                # what is left, then get OutOfRangeError.
+                self._close(cancel=self._error is not None)
+
+    def _describe_failure(self, inputs, error):
+        """Name the input of a failed batch that fails on its own."""
+        inputs = np.asarray(inputs)
+        if inputs.dtype.kind in "SUO":
+            for item in inputs:
+                try:
+                    self._load_one(tf.constant([item]))
+                except Exception as item_error:
+                    name = item.decode() if isinstance(item, bytes) else item
+                    return (f"cannot load '{name}': "
+                            f"{_first_line(item_error)}")
+        return (f"failed on a batch of {len(inputs)} inputs: "
+                f"{_first_line(error)}")
+
+    def _fail(self, message, cause):
+        with self._lock:
+            if self._error is None:
+                self._error = (message, cause)
+        logging.error("%s; stopping the input pipeline", message)
+        self._stop.set()
+        self._close(cancel=True)
+
+
+def _first_line(error):
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__

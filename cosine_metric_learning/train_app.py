@@ -1,0 +1,515 @@
+"""Flags and the training loop shared by the dataset entry points.
+
+``train_market1501.py`` and ``train_mars.py`` describe their dataset with a
+:class:`DatasetSpec` and call :func:`main`; everything else lives here.
+"""
+
+import dataclasses
+import enum
+import os
+import signal
+import string
+import sys
+import threading
+import time
+from typing import Callable, Optional, Tuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+
+from cosine_metric_learning import losses
+from cosine_metric_learning import queued_trainer
+from cosine_metric_learning.errors import UsageError
+from datasets import util as dataset_util
+from nets.deep_sort import network_definition
+
+FLAGS = flags.FLAGS
+
+
+class Mode(enum.Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+    EXPORT = "export"
+    FINALIZE = "finalize"
+    FREEZE = "freeze"
+    TEST = "test"
+    SAVED_MODEL = "saved_model"
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """What the shared main needs to know about a dataset.
+
+    ``read_train(dataset_dir)`` returns ``(filenames, ids, camera_indices,
+    ...)``; extra elements are ignored.
+    """
+    name: str
+    num_classes: int
+    read_train: Callable
+    default_dataset_dir: str
+    default_sdk_dir: Optional[str] = None
+    image_shape: Tuple[int, int, int] = network_definition.IMAGE_SHAPE
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Training settings; the flags map one to one onto these fields."""
+    dataset_dir: str
+    log_dir: str
+    run_id: str
+    loss_mode: str = "cosine-softmax"
+    batch_size: int = 128
+    images_per_id: int = 4
+    learning_rate: float = 1e-3
+    number_of_steps: Optional[int] = None
+    restore_path: Optional[str] = None
+    restore_classifier: bool = True
+    num_enqueue_threads: int = queued_trainer.DEFAULT_NUM_THREADS
+    queue_capacity: int = queued_trainer.DEFAULT_CAPACITY
+    save_interval_secs: float = 300.0
+    save_summaries_secs: float = 60.0
+    log_interval_secs: float = 10.0
+
+    def validate(self):
+        """Raise a UsageError naming the first setting out of range."""
+        if self.loss_mode not in losses.LOSS_MODES:
+            raise UsageError(f"--loss_mode={self.loss_mode}: expected one of "
+                             f"{', '.join(losses.LOSS_MODES)}")
+        positive = ("batch_size", "images_per_id", "num_enqueue_threads",
+                    "queue_capacity")
+        for name in positive:
+            value = getattr(self, name)
+            if value < 1:
+                raise UsageError(f"--{name}={value}: expected an integer >= 1")
+        for name in ("learning_rate", "save_interval_secs",
+                     "save_summaries_secs", "log_interval_secs"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise UsageError(f"--{name}={value}: expected a number > 0")
+        if self.number_of_steps is not None and self.number_of_steps < 1:
+            raise UsageError(f"--number_of_steps={self.number_of_steps}: "
+                             "expected an integer >= 1 (or leave it unset "
+                             "to train until stopped)")
+        if self.batch_size % self.images_per_id:
+            raise UsageError(
+                f"--batch_size={self.batch_size} is not divisible by "
+                f"--images_per_id={self.images_per_id}")
+        if self.queue_capacity < self.batch_size:
+            raise UsageError(
+                f"--queue_capacity={self.queue_capacity}: expected at least "
+                f"--batch_size={self.batch_size}")
+
+    @property
+    def run_dir(self):
+        return os.path.join(self.log_dir, self.run_id)
+
+
+@dataclasses.dataclass
+class TrainResult:
+    step: int
+    checkpoint: Optional[str]
+    signal: Optional[int] = None  # the signal that stopped the run
+
+
+def random_run_id(length=6):
+    """A random run id of lower-case letters and digits, as the original."""
+    alphabet = np.array(list(string.ascii_lowercase + string.digits))
+    return "".join(np.random.choice(alphabet, length))
+
+
+# Model ----------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Model:
+    encoder: keras.Model
+    activation_model: keras.Model
+    classifier: Optional[keras.Model]
+
+    @property
+    def trainable_variables(self):
+        variables = list(self.encoder.trainable_variables)
+        if self.classifier is not None:
+            variables += self.classifier.trainable_variables
+        return variables
+
+    def weight_loss(self):
+        terms = list(self.encoder.losses)
+        if self.classifier is not None:
+            terms += self.classifier.losses
+        return tf.add_n(terms)
+
+
+def create_model(dataset, loss_mode):
+    """The encoder and, for cosine-softmax, the classifier head."""
+    encoder = network_definition.create_encoder(dataset.image_shape)
+    classifier = None
+    if loss_mode == "cosine-softmax":
+        classifier = network_definition.create_classifier(dataset.num_classes)
+    return Model(encoder, network_definition.create_activation_model(encoder),
+                 classifier)
+
+
+def create_optimizer(learning_rate):
+    """Adam with TF1's defaults (epsilon 1e-8, not Keras' 1e-7)."""
+    return keras.optimizers.Adam(learning_rate=learning_rate, beta_1=0.9,
+                                 beta_2=0.999, epsilon=1e-8)
+
+
+def make_train_step(model, optimizer, loss_mode, step):
+    """One optimisation step on a batch; wrap it in a ``tf.function``.
+
+    Returns
+    -------
+    callable
+        ``step_fn(images, labels) -> dict`` of scalar metrics (every loss,
+        the weight loss, accuracy and scale for cosine-softmax, triplet
+        diagnostics) and, for summaries, ``images`` and ``activations``.
+    """
+    variables = model.trainable_variables
+
+    def step_fn(images, labels):
+        with tf.GradientTape() as tape:
+            features, activations = model.activation_model(images,
+                                                           training=True)
+            triplet, diagnostics = losses.soft_margin_triplet_loss(labels,
+                                                                   features)
+            terms = {"triplet_loss": triplet,
+                     "magnet_loss": losses.magnet_loss(labels, features)}
+            metrics = {f"triplet/{k}": v for k, v in diagnostics.items()}
+            if model.classifier is not None:
+                logits = model.classifier(features, training=True)
+                terms["cosine_softmax_loss"] = losses.cosine_softmax_loss(
+                    labels, logits)
+                metrics["accuracy"] = losses.accuracy(labels, logits)
+                metrics["scale"] = tf.nn.softplus(
+                    model.classifier.get_layer("ball").scale)
+            weight_loss = model.weight_loss()
+            total = terms[loss_mode.replace("-", "_") + "_loss"] + weight_loss
+        gradients = tape.gradient(total, variables)
+        optimizer.apply_gradients(zip(gradients, variables))
+        step.assign_add(1)
+        metrics.update({f"losses/{k}": v for k, v in terms.items()})
+        metrics["losses/weight_loss"] = weight_loss
+        metrics["losses/total_loss"] = total
+        return {"scalars": metrics, "images": images,
+                "activations": activations}
+
+    return step_fn
+
+
+# Checkpoints ----------------------------------------------------------------
+
+def resolve_checkpoint(path):
+    """A checkpoint prefix from a prefix or a directory; UsageError if none."""
+    if os.path.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest is None:
+            raise UsageError(f"--restore_path={path}: the directory holds no "
+                             "checkpoint")
+        return latest
+    if not tf.io.gfile.exists(path + ".index"):
+        raise UsageError(f"--restore_path={path}: no such checkpoint "
+                         f"(expected {path}.index)")
+    return path
+
+
+def warm_start(model, path, restore_classifier):
+    """Initialise the encoder (and classifier) from another checkpoint."""
+    path = resolve_checkpoint(path)
+    objects = {"encoder": model.encoder}
+    if restore_classifier and model.classifier is not None:
+        objects["classifier"] = model.classifier
+    saved = {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
+    missing = sorted(set(objects) - saved)
+    if missing:
+        raise UsageError(f"--restore_path={path}: the checkpoint has no "
+                         f"{' or '.join(missing)} (it has: "
+                         f"{', '.join(sorted(saved - {'_CHECKPOINTABLE_OBJECT_GRAPH'}))})")
+    try:
+        tf.train.Checkpoint(**objects).restore(path).expect_partial() \
+            .assert_existing_objects_matched()
+    except (AssertionError, ValueError) as e:
+        raise UsageError(f"--restore_path={path} does not match the "
+                         f"network: {queued_trainer._first_line(e)}") from e
+    logging.info("Initialised %s from %s", " and ".join(objects), path)
+
+
+# Summaries ------------------------------------------------------------------
+
+def write_summaries(writer, step, result, learning_rate, queue_fill,
+                    images_per_second, conv1_1_kernel):
+    """Write the scalars, input images, filters and activation histograms."""
+    with writer.as_default(step=step):
+        for name, value in result["scalars"].items():
+            tf.summary.scalar(name, value)
+        tf.summary.scalar("learning_rate", learning_rate)
+        tf.summary.scalar("queue/fill_fraction", queue_fill)
+        tf.summary.scalar("performance/images_per_second", images_per_second)
+        tf.summary.image("input_batch", result["images"], max_outputs=8)
+        kernel = tf.transpose(conv1_1_kernel, [3, 0, 1, 2])  # (32, 3, 3, 3)
+        low = tf.reduce_min(kernel)
+        kernel = (kernel - low) / (tf.reduce_max(kernel) - low + 1e-12)
+        tf.summary.image("conv1_1_filters", kernel, max_outputs=32)
+        for name, activation in result["activations"].items():
+            tf.summary.histogram(f"activations/{name}", activation)
+    writer.flush()
+
+
+# Training -------------------------------------------------------------------
+
+class _StopSignal:
+    """Turns SIGINT/SIGTERM into a stop request checked between steps."""
+
+    def __init__(self):
+        self.received = None
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received is None:
+            self.received = signum
+            logging.warning("Received %s: stopping after this step and "
+                            "saving a checkpoint (send it again to abort "
+                            "without saving)", signal.Signals(signum).name)
+        else:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc_info):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        return False
+
+
+def read_training_data(dataset, config):
+    """The training split (validation identities held out) as arrays."""
+    filenames, ids, *_ = dataset.read_train(config.dataset_dir)
+    filenames = np.asarray(filenames)
+    is_train, _ = dataset_util.split_validation(ids)
+    filenames, ids = filenames[is_train], ids[is_train]
+    too_large = ids[(ids < 0) | (ids >= dataset.num_classes)]
+    if len(too_large):
+        raise UsageError(
+            f"person id {too_large[0]} in {config.dataset_dir} is outside "
+            f"0..{dataset.num_classes - 1} for {dataset.name}")
+    return filenames, ids
+
+
+def train(dataset, config):
+    """Train until ``number_of_steps`` or a stop signal.
+
+    Checkpoints go to ``log_dir/run_id`` every ``save_interval_secs`` and at
+    the end; a rerun with the same directory continues from its latest
+    checkpoint and step.
+
+    Returns
+    -------
+    TrainResult
+    """
+    config.validate()
+    filenames, ids = read_training_data(dataset, config)
+    feed = queued_trainer.random_sample_identities_forever(
+        config.batch_size, config.images_per_id, filenames, ids)
+    try:
+        os.makedirs(config.run_dir, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--log_dir={config.log_dir}: cannot create "
+                         f"{config.run_dir}: {e.strerror}") from e
+    if not os.access(config.run_dir, os.W_OK):
+        raise UsageError(f"--log_dir={config.log_dir}: {config.run_dir} is "
+                         "not writable")
+
+    trainer = queued_trainer.QueuedTrainer(
+        feed, dataset.image_shape, training=True,
+        num_threads=config.num_enqueue_threads,
+        capacity=config.queue_capacity)
+    model = create_model(dataset, config.loss_mode)
+    optimizer = create_optimizer(config.learning_rate)
+    optimizer.build(model.trainable_variables)
+    step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    objects = {"step": step, "encoder": model.encoder, "optimizer": optimizer}
+    if model.classifier is not None:
+        objects["classifier"] = model.classifier
+    checkpoint = tf.train.Checkpoint(**objects)
+    manager = tf.train.CheckpointManager(checkpoint, config.run_dir,
+                                         max_to_keep=None)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint) \
+            .assert_existing_objects_matched()
+        logging.info("Continuing %s from %s (step %d)", config.run_dir,
+                     manager.latest_checkpoint, int(step))
+    elif config.restore_path:
+        warm_start(model, config.restore_path, config.restore_classifier)
+
+    step_fn = make_train_step(model, optimizer, config.loss_mode, step)
+    train_step = tf.function(
+        lambda: step_fn(*trainer.dequeue(config.batch_size)))
+    writer = tf.summary.create_file_writer(config.run_dir)
+    conv1_1_kernel = model.encoder.get_layer("conv1_1").kernel
+
+    logging.info(
+        "Training %s on %d images of %d identities (%s, batch %d = %d x %d); "
+        "writing to %s", dataset.name, len(ids), len(np.unique(ids)),
+        config.loss_mode, config.batch_size,
+        config.batch_size // config.images_per_id, config.images_per_id,
+        config.run_dir)
+
+    def done():
+        return (config.number_of_steps is not None
+                and int(step) >= config.number_of_steps)
+
+    def save(reason):
+        path = manager.save(checkpoint_number=int(step))
+        logging.info("Saved checkpoint %s (%s)", path, reason)
+        return path
+
+    last_path = manager.latest_checkpoint
+    saved_step = int(step) if last_path else None
+    with _StopSignal() as stop, trainer:
+        now = time.time()
+        last_save = last_summary = last_log = now
+        log_step = int(step)
+        first = True
+        while not done() and stop.received is None:
+            trainer.raise_if_failed()
+            try:
+                result = train_step()
+            except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
+                trainer.raise_if_failed()
+                logging.info("The feed generator is exhausted")
+                break
+            now = time.time()
+            current = int(step)
+            finished = done()
+            if first or finished or now - last_log >= config.log_interval_secs:
+                scalars = {k: float(v) for k, v in result["scalars"].items()}
+                rate = (current - log_step) / max(now - last_log, 1e-9)
+                queue_fill = trainer.size() / trainer.capacity
+                _log_progress(config, current, scalars, rate, queue_fill)
+                if first or finished or \
+                        now - last_summary >= config.save_summaries_secs:
+                    write_summaries(writer, current, result,
+                                    config.learning_rate, queue_fill,
+                                    rate * config.batch_size, conv1_1_kernel)
+                    last_summary = now
+                last_log, log_step = now, current
+            if now - last_save >= config.save_interval_secs:
+                last_path, saved_step, last_save = (
+                    save("interval"), current, now)
+            first = False
+        if saved_step != int(step):
+            reason = ("stopped by " + signal.Signals(stop.received).name
+                      if stop.received else "end of training")
+            last_path = save(reason)
+    writer.close()
+    return TrainResult(int(step), last_path, stop.received)
+
+
+def _log_progress(config, step, scalars, steps_per_second, queue_fill):
+    total = config.number_of_steps
+    chosen = scalars[f"losses/{config.loss_mode.replace('-', '_')}_loss"]
+    extra = f"  accuracy {scalars['accuracy']:.3f}" if "accuracy" in scalars \
+        else ""
+    logging.info(
+        "step %d%s  loss %.4f (%s %.4f, weight %.2e)%s  %.2f steps/s  "
+        "%.1f images/s  queue %.0f%%", step, f"/{total}" if total else "",
+        scalars["losses/total_loss"], config.loss_mode, chosen,
+        scalars["losses/weight_loss"], extra, steps_per_second,
+        steps_per_second * config.batch_size, 100.0 * queue_fill)
+
+
+# Entry point ----------------------------------------------------------------
+
+def define_flags(dataset):
+    """Define the command-line flags (the original's names and defaults)."""
+    flags.DEFINE_enum_class("mode", Mode.TRAIN, Mode, "What to do.")
+    flags.DEFINE_string("dataset_dir", dataset.default_dataset_dir,
+                        "Path to the dataset.")
+    if dataset.default_sdk_dir is not None:
+        flags.DEFINE_string("sdk_dir", dataset.default_sdk_dir,
+                            "Path to the official evaluation kit.")
+    flags.DEFINE_enum("loss_mode", "cosine-softmax", list(losses.LOSS_MODES),
+                      "The loss to train with.")
+    flags.DEFINE_integer("batch_size", 128, "Images per training batch.")
+    flags.DEFINE_integer("images_per_id", 4,
+                         "Images of each identity in a training batch.")
+    flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate.")
+    # absl.logging already defines --log_dir (for log files it only writes
+    # when asked to); the original's flag of that name takes it over.
+    FLAGS.set_default("log_dir", f"./output/{dataset.name}/")
+    FLAGS["log_dir"].help = "Checkpoints and summaries go to log_dir/run_id."
+    flags.DEFINE_string("run_id", None,
+                        "Name of the run; random 6 characters if not given.")
+    flags.DEFINE_string("eval_log_dir", f"./output/{dataset.name}_eval/",
+                        "Evaluation summaries go to eval_log_dir/run_id.")
+    flags.DEFINE_integer("number_of_steps", None,
+                         "Stop at this global step; unset trains forever.")
+    flags.DEFINE_string("restore_path", None,
+                        "Checkpoint (or directory) to initialise from.")
+    flags.DEFINE_boolean(
+        "restore_classifier", True,
+        "With --restore_path, also restore the classifier; "
+        "--norestore_classifier fine-tunes on other identities.")
+    flags.DEFINE_integer("num_enqueue_threads",
+                         queued_trainer.DEFAULT_NUM_THREADS,
+                         "Producer threads filling the input queue.")
+    flags.DEFINE_integer("queue_capacity", queued_trainer.DEFAULT_CAPACITY,
+                         "Capacity of the input queue in images.")
+    flags.DEFINE_float("save_interval_secs", 300.0,
+                       "Seconds between checkpoints.")
+    flags.DEFINE_float("save_summaries_secs", 60.0,
+                       "Seconds between TensorBoard summaries.")
+    flags.DEFINE_float("log_interval_secs", 10.0,
+                       "Seconds between progress log lines.")
+
+
+def config_from_flags():
+    return TrainConfig(
+        dataset_dir=FLAGS.dataset_dir, log_dir=FLAGS.log_dir,
+        run_id=FLAGS.run_id or random_run_id(), loss_mode=FLAGS.loss_mode,
+        batch_size=FLAGS.batch_size, images_per_id=FLAGS.images_per_id,
+        learning_rate=FLAGS.learning_rate,
+        number_of_steps=FLAGS.number_of_steps,
+        restore_path=FLAGS.restore_path,
+        restore_classifier=FLAGS.restore_classifier,
+        num_enqueue_threads=FLAGS.num_enqueue_threads,
+        queue_capacity=FLAGS.queue_capacity,
+        save_interval_secs=FLAGS.save_interval_secs,
+        save_summaries_secs=FLAGS.save_summaries_secs,
+        log_interval_secs=FLAGS.log_interval_secs)
+
+
+def run_mode(dataset):
+    """Run the mode the flags ask for; returns the process exit status."""
+    if FLAGS.mode is Mode.TRAIN:
+        result = train(dataset, config_from_flags())
+        if result.signal is not None:
+            print(f"Stopped by {signal.Signals(result.signal).name} at step "
+                  f"{result.step}; checkpoint {result.checkpoint}",
+                  file=sys.stderr)
+            return 128 + result.signal
+        return 0
+    raise UsageError(f"--mode={FLAGS.mode.value} is not available in this "
+                     "version; available: train")
+
+
+def main(dataset):
+    """Entry point: define flags, parse, run; user errors become one line."""
+    define_flags(dataset)
+
+    def _main(argv):
+        if len(argv) > 1:
+            raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+        try:
+            return run_mode(dataset)
+        except UsageError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+
+    app.run(_main)

@@ -1,0 +1,77 @@
+"""Reader of the Market-1501 dataset (Zheng et al. 2015).
+
+File names are ``PPPP_cCsS_FFFFFF_DD.jpg``: person id ``PPPP`` (``0000`` =
+distractor, ``-1`` = junk detection), camera ``C`` (1..6), sequence ``S``,
+frame and detection number. Anything else (``Thumbs.db``) is skipped; a
+doubled extension (``x.jpg.jpg``) is accepted.
+"""
+
+import os
+import re
+
+import numpy as np
+
+from datasets import util
+from cosine_metric_learning.errors import UsageError
+
+MAX_LABEL = 1501
+IMAGE_SHAPE = (128, 64, 3)
+LAYOUT = ("the Market-1501 layout (bounding_box_train/, bounding_box_test/, "
+          "query/ with files named PPPP_cCsS_FFFFFF_DD.jpg)")
+
+_FILENAME = re.compile(r"^(-1|\d{4})_c(\d)s(\d+)_\d+_\d+(\.jpg)+$")
+
+
+def parse_filename(name):
+    """Return ``(person_id, camera_index)`` of a file name, or None.
+
+    ``camera_index`` is 0-based (camera ``c1`` is 0).
+    """
+    match = _FILENAME.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2)) - 1
+
+
+def read_split_to_str(directory):
+    """Read one split folder, sorted by file name.
+
+    Returns
+    -------
+    (filenames, ids, camera_indices)
+        A list of paths and two int64 arrays.
+    """
+    util.require_dir(directory, "Market-1501 split folder", LAYOUT)
+    filenames, ids, cameras = [], [], []
+    for name in sorted(os.listdir(directory)):
+        parsed = parse_filename(name)
+        if parsed is None:
+            continue
+        filenames.append(os.path.join(directory, name))
+        ids.append(parsed[0])
+        cameras.append(parsed[1])
+    if not filenames:
+        raise UsageError(
+            f"no Market-1501 images in '{directory}'; expected files named "
+            "PPPP_cCsS_FFFFFF_DD.jpg")
+    return filenames, np.asarray(ids, np.int64), np.asarray(cameras, np.int64)
+
+
+def read_train_split_to_str(dataset_dir):
+    """The ``bounding_box_train`` split: ``(filenames, ids, camera_indices)``."""
+    util.require_dir(dataset_dir, "Market-1501 dataset folder", LAYOUT)
+    return read_split_to_str(os.path.join(dataset_dir, "bounding_box_train"))
+
+
+def read_test_split_to_str(dataset_dir):
+    """Gallery and query splits.
+
+    Returns
+    -------
+    (gallery, query)
+        Each ``(filenames, ids, camera_indices)``: ``bounding_box_test`` and
+        ``query``.
+    """
+    util.require_dir(dataset_dir, "Market-1501 dataset folder", LAYOUT)
+    return (read_split_to_str(os.path.join(dataset_dir, "bounding_box_test")),
+            read_split_to_str(os.path.join(dataset_dir, "query")))

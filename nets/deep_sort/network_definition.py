@@ -1,0 +1,104 @@
+"""The Deep SORT appearance descriptor and its cosine-softmax classifier.
+
+The encoder maps preprocessed float images (values in [0, 1], RGB) of shape
+``(128, 64, 3)`` to L2-normalised 128-d features. The classifier is kept as
+a separate model so a checkpoint stores ``encoder`` and ``classifier`` apart
+and the classifier can be left out when fine-tuning on other identities.
+"""
+
+import keras
+import tensorflow as tf
+
+from nets.deep_sort import residual_net
+
+IMAGE_SHAPE = (128, 64, 3)
+FEATURE_DIM = 128
+
+# Layers whose outputs are logged as activation histograms.
+ACTIVATION_LAYERS = ("conv1_1_elu", "conv1_2_elu", "pool1", "conv2_3_add",
+                     "conv3_3_add", "conv4_3_add", "fc1_elu")
+
+
+def create_encoder(image_shape=IMAGE_SHAPE, feature_dim=FEATURE_DIM,
+                   name="encoder"):
+    """Build the residual encoder network.
+
+    Returns
+    -------
+    keras.Model
+        Maps float32 images ``(N, H, W, 3)`` in [0, 1] to L2-normalised
+        features ``(N, feature_dim)``. Call with ``training=True`` for batch
+        statistics and dropout.
+    """
+    images = keras.Input(shape=image_shape, name="images")
+    x = residual_net.conv_bn_elu(images, 32, 1, name="conv1_1")
+    x = residual_net.conv_bn_elu(x, 32, 1, name="conv1_2")
+    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="pool1")(x)
+
+    x = residual_net.residual_block(x, "conv2_1", is_first=True)
+    x = residual_net.residual_block(x, "conv2_3")
+    x = residual_net.residual_block(x, "conv3_1", increase_dim=True)
+    x = residual_net.residual_block(x, "conv3_3")
+    x = residual_net.residual_block(x, "conv4_1", increase_dim=True)
+    x = residual_net.residual_block(x, "conv4_3")
+
+    x = keras.layers.Flatten(name="flatten")(x)
+    x = keras.layers.Dropout(residual_net.DROPOUT_RATE, name="fc1_dropout")(x)
+    x = keras.layers.Dense(
+        feature_dim, use_bias=False,
+        kernel_initializer=residual_net.kernel_initializer(),
+        kernel_regularizer=residual_net.kernel_regularizer(), name="fc1")(x)
+    x = residual_net.batch_norm("fc1_bn")(x)
+    x = keras.layers.Activation("elu", name="fc1_elu")(x)
+    features = keras.layers.UnitNormalization(axis=-1, name="features")(x)
+    return keras.Model(images, features, name=name)
+
+
+def create_activation_model(encoder):
+    """A model sharing the encoder's layers that also returns activations.
+
+    Returns
+    -------
+    keras.Model
+        Outputs ``[features, {layer_name: activation}]``; one forward pass
+        gives both the training features and the histogram summaries.
+    """
+    activations = {name: encoder.get_layer(name).output
+                   for name in ACTIVATION_LAYERS}
+    return keras.Model(encoder.inputs, [encoder.outputs[0], activations],
+                       name=f"{encoder.name}_with_activations")
+
+
+class CosineSoftmaxHead(keras.layers.Layer):
+    """Cosine-softmax classifier (the original's ``ball`` scope).
+
+    ``logits = softplus(scale) * features @ normalize(mean_vectors)``, where
+    every column of ``mean_vectors`` is L2-normalised and ``scale`` is a
+    scalar with L2 decay 1e-1 in slim's convention (Keras ``L2(0.05)``).
+    """
+
+    def __init__(self, num_classes, **kwargs):
+        super().__init__(**kwargs)
+        self.num_classes = int(num_classes)
+
+    def build(self, input_shape):
+        self.mean_vectors = self.add_weight(
+            name="mean_vectors", shape=(int(input_shape[-1]), self.num_classes),
+            initializer=keras.initializers.TruncatedNormal(stddev=1e-3))
+        self.scale = self.add_weight(
+            name="scale", shape=(), initializer="zeros",
+            regularizer=keras.regularizers.L2(0.05))
+
+    def call(self, features):
+        mean_vectors = tf.math.l2_normalize(self.mean_vectors, axis=0)
+        return tf.nn.softplus(self.scale) * tf.matmul(features, mean_vectors)
+
+    def get_config(self):
+        return {**super().get_config(), "num_classes": self.num_classes}
+
+
+def create_classifier(num_classes, feature_dim=FEATURE_DIM, name="classifier"):
+    """The cosine-softmax head as a model of its own: features -> logits."""
+    features = keras.Input(shape=(feature_dim,), name="features")
+    logits = CosineSoftmaxHead(num_classes, name="ball")(features)
+    return keras.Model(features, logits, name=name)

@@ -1,0 +1,38 @@
+"""Shared fixtures: small synthetic datasets written once per session."""
+
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import pytest  # noqa: E402
+
+from datasets import synthetic  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def market_dir(tmp_path_factory):
+    """A small synthetic Market-1501 set: 40 training, 10 test identities."""
+    path = str(tmp_path_factory.mktemp("data") / "Market-1501-synthetic")
+    return synthetic.write_market1501(path, num_train_ids=40, num_test_ids=10,
+                                      num_distractors=5, num_junk=3, seed=7)
+
+
+@pytest.fixture(scope="session")
+def mars_dir(tmp_path_factory):
+    """A small synthetic MARS set: 12 training, 6 test identities."""
+    path = str(tmp_path_factory.mktemp("data") / "MARS-synthetic")
+    return synthetic.write_mars(path, num_train_ids=12, num_test_ids=6,
+                                frames_per_tracklet=(3, 5), seed=3)
+
+
+def run_script(script, *args, timeout=300, **kwargs):
+    """Run an entry point of the repository in a real subprocess."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, script), *args], cwd=ROOT,
+        env=env, capture_output=True, text=True, timeout=timeout, **kwargs)

@@ -1,0 +1,95 @@
+"""The encoder and the cosine-softmax head match the original's definition."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from nets.deep_sort import network_definition
+
+
+def _encoder():
+    return network_definition.create_encoder()
+
+
+def test_trainable_parameter_count_matches_the_original():
+    encoder = _encoder()
+    count = sum(int(np.prod(w.shape)) for w in encoder.trainable_weights)
+    assert count == 2_800_864
+
+
+def test_batch_norm_has_offset_but_no_scale_and_slim_defaults():
+    encoder = _encoder()
+    norms = [l for l in encoder.layers
+             if isinstance(l, keras.layers.BatchNormalization)]
+    assert len(norms) == 14  # 2 stem, 5 pre-activations, 6 inner, 1 fc
+    for layer in norms:
+        assert layer.gamma is None and layer.beta is not None
+        assert layer.momentum == 0.999 and layer.epsilon == 1e-3
+
+
+def test_only_the_last_conv_of_each_residual_branch_has_a_bias():
+    encoder = _encoder()
+    blocks = ("conv2_1", "conv2_3", "conv3_1", "conv3_3", "conv4_1", "conv4_3")
+    with_bias = {f"{block}_2" for block in blocks}
+    for layer in encoder.layers:
+        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
+            assert (layer.bias is not None) == (layer.name in with_bias), \
+                layer.name
+
+
+def test_output_shapes_and_unit_norm_features():
+    encoder = _encoder()
+    assert encoder.get_layer("conv4_3_add").output.shape[1:] == (16, 8, 128)
+    images = tf.random.uniform((3, 128, 64, 3), seed=1)
+    for training in (False, True):
+        features = encoder(images, training=training).numpy()
+        assert features.shape == (3, 128)
+        np.testing.assert_allclose(np.linalg.norm(features, axis=1), 1.0,
+                                   rtol=1e-5)
+
+
+def test_weight_decay_is_slim_l2_of_1e_8():
+    encoder = _encoder()
+    kernels = [l.kernel.numpy() for l in encoder.layers
+               if isinstance(l, (keras.layers.Conv2D, keras.layers.Dense))]
+    assert len(kernels) == len(encoder.losses) == 17
+    expected = sum(1e-8 * np.sum(k.astype(np.float64) ** 2) / 2 for k in kernels)
+    actual = float(tf.add_n(encoder.losses))
+    np.testing.assert_allclose(actual, expected, rtol=1e-4)
+
+
+def test_kernels_start_from_truncated_normal_with_stddev_1e_3():
+    kernel = _encoder().get_layer("fc1").kernel.numpy()
+    assert np.abs(kernel).max() <= 2e-3 + 1e-9
+    # a normal truncated at 2 sigma has std 0.88 sigma
+    np.testing.assert_allclose(kernel.std(), 0.88e-3, rtol=0.05)
+
+
+def test_cosine_head_logits_match_numpy():
+    classifier = network_definition.create_classifier(7)
+    head = classifier.get_layer("ball")
+    rng = np.random.default_rng(0)
+    head.mean_vectors.assign(rng.normal(size=(128, 7)).astype(np.float32))
+    head.scale.assign(1.5)
+    features = rng.normal(size=(4, 128)).astype(np.float32)
+    features /= np.linalg.norm(features, axis=1, keepdims=True)
+
+    means = head.mean_vectors.numpy()
+    means = means / np.linalg.norm(means, axis=0, keepdims=True)
+    expected = np.log1p(np.exp(1.5)) * features @ means
+    np.testing.assert_allclose(classifier(features).numpy(), expected,
+                               rtol=1e-5, atol=1e-6)
+    # the scale's decay is slim l2_regularizer(1e-1) on the raw value
+    np.testing.assert_allclose(float(tf.add_n(classifier.losses)),
+                               0.1 * 1.5 ** 2 / 2, rtol=1e-6)
+
+
+def test_batch_norm_moving_averages_update_in_training():
+    encoder = _encoder()
+    bn = encoder.get_layer("fc1_bn")
+    before = bn.moving_variance.numpy().copy()
+    encoder(tf.random.uniform((8, 128, 64, 3), seed=2), training=True)
+    after = bn.moving_variance.numpy()
+    assert not np.allclose(before, after)
+    # momentum 0.999: one step moves the average by 0.1 % of the gap
+    assert np.max(np.abs(after - before)) < 2e-3 * np.max(np.abs(before))

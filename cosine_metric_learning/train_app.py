@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
+from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from cosine_metric_learning import losses
 from cosine_metric_learning import queued_trainer
@@ -215,18 +216,31 @@ def resolve_checkpoint(path):
     return path
 
 
+def checkpoint_objects(path):
+    """Names of the top-level objects saved in a checkpoint.
+
+    Read from the object graph, not the variable keys: a variable is keyed
+    by its shortest path, which for trainable weights runs through the
+    optimizer that also tracks them.
+    """
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor(
+        "_CHECKPOINTABLE_OBJECT_GRAPH"))
+    return {child.local_name for child in graph.nodes[0].children}
+
+
 def warm_start(model, path, restore_classifier):
     """Initialise the encoder (and classifier) from another checkpoint."""
     path = resolve_checkpoint(path)
     objects = {"encoder": model.encoder}
     if restore_classifier and model.classifier is not None:
         objects["classifier"] = model.classifier
-    saved = {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
+    saved = checkpoint_objects(path)
     missing = sorted(set(objects) - saved)
     if missing:
         raise UsageError(f"--restore_path={path}: the checkpoint has no "
                          f"{' or '.join(missing)} (it has: "
-                         f"{', '.join(sorted(saved - {'_CHECKPOINTABLE_OBJECT_GRAPH'}))})")
+                         f"{', '.join(sorted(saved))})")
     try:
         tf.train.Checkpoint(**objects).restore(path).expect_partial() \
             .assert_existing_objects_matched()

@@ -1,0 +1,132 @@
+"""Dataset readers on the synthetic sets, the identity split, the layouts."""
+
+import os
+
+import numpy as np
+import pytest
+import scipy.io
+from PIL import Image
+
+from cosine_metric_learning.errors import UsageError
+from datasets import market1501, mars, util
+
+
+# Market-1501 ------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, expected", [
+    ("0002_c1s1_000451_03.jpg", (2, 0)),
+    ("1501_c6s4_001877_01.jpg", (1501, 5)),
+    ("-1_c3s2_000100_02.jpg", (-1, 2)),
+    ("0000_c5s3_015240_04.jpg", (0, 4)),
+    ("0034_c2s1_002601_01.jpg.jpg", (34, 1)),
+    ("Thumbs.db", None),
+    ("0002_c1s1_000451_03.png", None),
+    ("readme.txt", None),
+])
+def test_market1501_file_names(name, expected):
+    assert market1501.parse_filename(name) == expected
+
+
+def test_market1501_train_split(market_dir):
+    filenames, ids, cameras = market1501.read_train_split_to_str(market_dir)
+    listed = [n for n in os.listdir(os.path.join(market_dir,
+                                                 "bounding_box_train"))]
+    assert "Thumbs.db" in listed
+    assert len(filenames) == len(listed) - 1  # all but Thumbs.db
+    assert any(f.endswith(".jpg.jpg") for f in filenames)
+    assert filenames == sorted(filenames)
+    assert len(np.unique(ids)) == 40 and ids.min() > 0
+    assert cameras.min() >= 0 and cameras.max() <= 5
+    for f, pid, cam in zip(filenames, ids, cameras):
+        name = os.path.basename(f)
+        assert int(name[:4]) == pid and int(name[6]) == cam + 1
+
+
+def test_market1501_test_split_and_gt_query(market_dir):
+    (gallery, g_ids, g_cams), (query, q_ids, q_cams) = \
+        market1501.read_test_split_to_str(market_dir)
+    assert -1 in g_ids and 0 in g_ids  # junk and distractors
+    assert set(q_ids) <= set(g_ids) and len(query) >= 10
+    # gt_query follows the kit: good = same id, other camera; junk = same id
+    # and camera, or id -1; both 1-based into the sorted gallery
+    for name, pid, cam in zip(query, q_ids, q_cams):
+        stem = os.path.join(market_dir, "gt_query",
+                            os.path.basename(name)[:-4])
+        good = scipy.io.loadmat(stem + "_good.mat")["good_index"].ravel() - 1
+        junk = scipy.io.loadmat(stem + "_junk.mat")["junk_index"].ravel() - 1
+        assert len(good) > 0
+        assert all(g_ids[good] == pid) and all(g_cams[good] != cam)
+        assert all((g_ids[junk] == -1) | ((g_ids[junk] == pid)
+                                          & (g_cams[junk] == cam)))
+
+
+def test_market1501_missing_and_empty_folders(tmp_path):
+    with pytest.raises(UsageError, match="not a directory"):
+        market1501.read_train_split_to_str(str(tmp_path / "nowhere"))
+    with pytest.raises(UsageError, match="bounding_box_train"):
+        market1501.read_train_split_to_str(str(tmp_path))
+    (tmp_path / "bounding_box_train").mkdir()
+    (tmp_path / "bounding_box_train" / "Thumbs.db").write_bytes(b"x")
+    with pytest.raises(UsageError, match="no Market-1501 images in"):
+        market1501.read_train_split_to_str(str(tmp_path))
+
+
+# MARS -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, expected", [
+    ("0001C1T0001F001.jpg", (1, 0, 1)),
+    ("1500C6T0123F045.jpg", (1500, 5, 123)),
+    ("00-1C2T0003F010.jpg", (-1, 1, 3)),
+    ("0000C3T0005F001.jpg", (0, 2, 5)),
+    ("Thumbs.db", None),
+    ("0001X1T0001F001.jpg", None),
+])
+def test_mars_file_names(name, expected):
+    assert mars.parse_filename(name) == expected
+
+
+def test_mars_splits_follow_the_info_lists(mars_dir):
+    for split, reader in (("train", mars.read_train_split_to_str),
+                          ("test", mars.read_test_split_to_str)):
+        filenames, ids, cameras, tracklets = reader(mars_dir)
+        with open(os.path.join(mars_dir, "info", f"{split}_name.txt")) as f:
+            names = f.read().split()
+        assert [os.path.basename(p) for p in filenames] == names
+        assert all(os.path.isfile(p) for p in filenames)
+        assert all(os.path.basename(os.path.dirname(p)) == n[:4]
+                   for p, n in zip(filenames, names))
+    assert -1 in ids and 0 in ids
+    info = scipy.io.loadmat(os.path.join(mars_dir, "info",
+                                         "tracks_test_info.mat"))
+    tracks = info["track_test_info"].astype(int)
+    for start, end, pid, cam in tracks:
+        assert all(ids[start - 1:end] == pid)
+        assert all(cameras[start - 1:end] == cam - 1)
+        assert len(set(tracklets[start - 1:end])) == 1
+    query = scipy.io.loadmat(os.path.join(
+        mars_dir, "info", "query_IDX.mat"))["query_IDX"].ravel().astype(int)
+    assert len(query) == 6 and all(tracks[query - 1, 2] > 0)
+    image = Image.open(filenames[0])
+    assert image.size == (128, 256)  # 256x128 on disk
+
+
+def test_mars_missing_info(tmp_path):
+    (tmp_path / "bbox_train").mkdir()
+    with pytest.raises(UsageError, match=r"info/train_name\.txt"):
+        mars.read_train_split_to_str(str(tmp_path))
+
+
+# The validation split ---------------------------------------------------------
+
+def test_validation_split_is_the_originals_random_state_choice():
+    ids = np.array([5, 3, 3, 9, 12, 12, 12, 40, 41, 42, 43, 44, 45, 46, 47,
+                    48, 49, 50, 51, 52, 53, 54, 55])
+    unique = np.unique(ids)
+    assert len(unique) == 20
+    expected = np.random.RandomState(1234).choice(unique, int(0.1 * 20),
+                                                  replace=False)
+    np.testing.assert_array_equal(util.validation_ids(ids), expected)
+    train, valid = util.split_validation(ids)
+    assert not np.any(train & valid) and np.all(train | valid)
+    assert set(ids[valid]) == set(expected.tolist())
+    assert set(ids[train]).isdisjoint(expected.tolist())

@@ -52,7 +52,7 @@ def _check_batch_size(batch_size):
 
 def random_sample_identities_forever(batch_size, num_samples_per_id, data_x,
                                      data_y, seed=None):
-    """Yield identity-balanced batches ``(x, y)`` forever.
+    """A generator of identity-balanced batches ``(x, y)``, forever.
 
     Each batch holds ``batch_size // num_samples_per_id`` distinct
     identities with ``num_samples_per_id`` images each, drawn without
@@ -85,34 +85,46 @@ def random_sample_identities_forever(batch_size, num_samples_per_id, data_x,
                          f"data, a batch needs {batch_size}")
     indices_of = [np.flatnonzero(inverse == i) for i in range(len(unique_ids))]
     rng = np.random.RandomState(seed)
-    while True:
-        batch = []
-        for identity in rng.permutation(len(unique_ids)):
-            candidates = indices_of[identity]
-            take = min(num_samples_per_id, len(candidates),
-                       batch_size - len(batch))
-            batch.extend(rng.choice(candidates, take, replace=False))
-            if len(batch) == batch_size:
-                break
-        batch = np.asarray(batch)
-        yield data_x[batch], data_y[batch]
+
+    def generate():
+        while True:
+            batch = []
+            for identity in rng.permutation(len(unique_ids)):
+                candidates = indices_of[identity]
+                take = min(num_samples_per_id, len(candidates),
+                           batch_size - len(batch))
+                batch.extend(rng.choice(candidates, take, replace=False))
+                if len(batch) == batch_size:
+                    break
+            batch = np.asarray(batch)
+            yield data_x[batch], data_y[batch]
+
+    return generate()
 
 
 def iterate_forever(batch_size, data_x, data_y):
-    """Yield consecutive full batches ``(x, y)``, wrapping around the data."""
+    """A generator of consecutive full batches ``(x, y)``, wrapping around.
+
+    Like every feed generator here, it checks its arguments when called,
+    not at the first ``next()`` in a producer thread.
+    """
     _check_batch_size(batch_size)
     data_x, data_y = np.asarray(data_x), np.asarray(data_y)
     if len(data_y) == 0:
         raise UsageError("no data to iterate over")
-    start = 0
-    while True:
-        batch = np.arange(start, start + batch_size) % len(data_y)
-        start = (start + batch_size) % len(data_y)
-        yield data_x[batch], data_y[batch]
+
+    def generate():
+        start = 0
+        while True:
+            batch = np.arange(start, start + batch_size) % len(data_y)
+            start = (start + batch_size) % len(data_y)
+            yield data_x[batch], data_y[batch]
+
+    return generate()
 
 
 def random_shuffle_forever(batch_size, data_x, data_y, seed=None):
-    """Yield full batches ``(x, y)`` of a fresh random permutation each epoch.
+    """A generator of full batches ``(x, y)``, reshuffled every epoch.
 
     Batches run across epoch borders, so every batch is full and every
     sample is seen once per epoch.
@@ -122,12 +134,17 @@ def random_shuffle_forever(batch_size, data_x, data_y, seed=None):
     if len(data_y) == 0:
         raise UsageError("no data to shuffle")
     rng = np.random.RandomState(seed)
-    pending = np.zeros((0,), np.int64)
-    while True:
-        while len(pending) < batch_size:
-            pending = np.concatenate([pending, rng.permutation(len(data_y))])
-        batch, pending = pending[:batch_size], pending[batch_size:]
-        yield data_x[batch], data_y[batch]
+
+    def generate():
+        pending = np.zeros((0,), np.int64)
+        while True:
+            while len(pending) < batch_size:
+                pending = np.concatenate([pending,
+                                          rng.permutation(len(data_y))])
+            batch, pending = pending[:batch_size], pending[batch_size:]
+            yield data_x[batch], data_y[batch]
+
+    return generate()
 
 
 def run_in_batches(fn, inputs, batch_size):

@@ -75,12 +75,12 @@ def test_identity_sampler_fills_up_from_further_identities():
 def test_identity_sampler_rejects_data_that_cannot_fill_a_batch():
     ids = np.repeat(np.arange(5), 4)
     with pytest.raises(UsageError, match="too few identities: 5 .* at least 8"):
-        next(queued_trainer.random_sample_identities_forever(32, 4, ids, ids))
+        queued_trainer.random_sample_identities_forever(32, 4, ids, ids)
     with pytest.raises(UsageError, match="batch_size=10 is not a multiple"):
-        next(queued_trainer.random_sample_identities_forever(10, 4, ids, ids))
+        queued_trainer.random_sample_identities_forever(10, 4, ids, ids)
     with pytest.raises(UsageError, match="too few images: 3 .* needs 8"):
-        next(queued_trainer.random_sample_identities_forever(
-            8, 4, np.arange(3), np.arange(3)))
+        queued_trainer.random_sample_identities_forever(
+            8, 4, np.arange(3), np.arange(3))
 
 
 def test_iterate_forever_wraps_around_in_order():

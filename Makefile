@@ -21,6 +21,7 @@ test: install
 	$(PY) -m pytest -q
 
 demo: install
+	rm -rf $(DEMO_DIR)/output/cosine-softmax
 	$(PY) -m datasets.synthetic --layout=market1501 \
 		--output_dir=$(DEMO_DIR)/Market-1501-synthetic
 	$(PY) train_market1501.py --dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \

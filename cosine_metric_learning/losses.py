@@ -9,6 +9,12 @@ import tensorflow as tf
 LOSS_MODES = ("cosine-softmax", "triplet", "magnet")
 
 
+def loss_name(loss_mode):
+    """Summary name of a loss mode's loss: ``"cosine-softmax"`` ->
+    ``"cosine_softmax_loss"``."""
+    return loss_mode.replace("-", "_") + "_loss"
+
+
 def pairwise_squared_distance(a, b):
     """Squared Euclidean distances ``d[i, j] = |a_i - b_j|^2``, shape (N, M)."""
     a2 = tf.reduce_sum(tf.square(a), axis=1, keepdims=True)

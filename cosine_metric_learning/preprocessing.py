@@ -20,7 +20,7 @@ def decode_image(contents, image_shape):
                                tf.shape(image)[1] == width)
     image = tf.cond(
         same_size,
-        lambda: tf.image.resize_with_crop_or_pad(image, height, width),
+        lambda: image,
         lambda: tf.cast(tf.round(tf.clip_by_value(tf.image.resize(
             image, (height, width)), 0.0, 255.0)), tf.uint8))
     image.set_shape((height, width, 3))

@@ -18,7 +18,7 @@ import tensorflow as tf
 from absl import logging
 
 from cosine_metric_learning import preprocessing
-from cosine_metric_learning.errors import UsageError
+from cosine_metric_learning.errors import UsageError, first_line
 
 DEFAULT_CAPACITY = 512
 DEFAULT_NUM_THREADS = 4
@@ -328,9 +328,9 @@ class QueuedTrainer:
                 except Exception as item_error:
                     name = item.decode() if isinstance(item, bytes) else item
                     return (f"cannot load '{name}': "
-                            f"{_first_line(item_error)}")
+                            f"{first_line(item_error)}")
         return (f"failed on a batch of {len(inputs)} inputs: "
-                f"{_first_line(error)}")
+                f"{first_line(error)}")
 
     def _fail(self, message, cause):
         with self._lock:
@@ -339,8 +339,3 @@ class QueuedTrainer:
         logging.error("%s; stopping the input pipeline", message)
         self._stop.set()
         self._close(cancel=True)
-
-
-def _first_line(error):
-    text = getattr(error, "message", None) or str(error)
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__

@@ -22,7 +22,7 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from cosine_metric_learning import losses
 from cosine_metric_learning import queued_trainer
-from cosine_metric_learning.errors import UsageError
+from cosine_metric_learning.errors import UsageError, first_line
 from datasets import util as dataset_util
 from nets.deep_sort import network_definition
 
@@ -123,7 +123,9 @@ def random_run_id(length=6):
 # Model ----------------------------------------------------------------------
 
 @dataclasses.dataclass
-class Model:
+class TrainingModel:
+    """The networks a loss mode trains; the classifier only for cosine-softmax."""
+
     encoder: keras.Model
     activation_model: keras.Model
     classifier: Optional[keras.Model]
@@ -148,8 +150,9 @@ def create_model(dataset, loss_mode):
     classifier = None
     if loss_mode == "cosine-softmax":
         classifier = network_definition.create_classifier(dataset.num_classes)
-    return Model(encoder, network_definition.create_activation_model(encoder),
-                 classifier)
+    return TrainingModel(
+        encoder, network_definition.create_activation_model(encoder),
+        classifier)
 
 
 def create_optimizer(learning_rate):
@@ -187,7 +190,7 @@ def make_train_step(model, optimizer, loss_mode, step):
                 metrics["scale"] = tf.nn.softplus(
                     model.classifier.get_layer("ball").scale)
             weight_loss = model.weight_loss()
-            total = terms[loss_mode.replace("-", "_") + "_loss"] + weight_loss
+            total = terms[losses.loss_name(loss_mode)] + weight_loss
         gradients = tape.gradient(total, variables)
         optimizer.apply_gradients(zip(gradients, variables))
         step.assign_add(1)
@@ -246,7 +249,7 @@ def warm_start(model, path, restore_classifier):
             .assert_existing_objects_matched()
     except (AssertionError, ValueError) as e:
         raise UsageError(f"--restore_path={path} does not match the "
-                         f"network: {queued_trainer._first_line(e)}") from e
+                         f"network: {first_line(e)}") from e
     logging.info("Initialised %s from %s", " and ".join(objects), path)
 
 
@@ -315,6 +318,24 @@ def read_training_data(dataset, config):
     return filenames, ids
 
 
+def _continue(checkpoint, objects, path, config):
+    """Restore a run's own latest checkpoint to continue training it."""
+    def mismatch(detail):
+        return UsageError(
+            f"{config.run_dir} holds a checkpoint of another network or "
+            f"loss than --loss_mode={config.loss_mode} ({detail}); choose "
+            "another --run_id")
+
+    saved = checkpoint_objects(path) - {"save_counter"}
+    if saved != set(objects):
+        raise mismatch(f"it has {', '.join(sorted(saved))}; this run has "
+                       f"{', '.join(sorted(objects))}")
+    try:
+        checkpoint.restore(path).assert_existing_objects_matched()
+    except (AssertionError, ValueError) as e:
+        raise mismatch(first_line(e)) from e
+
+
 def train(dataset, config):
     """Train until ``number_of_steps`` or a stop signal.
 
@@ -354,8 +375,7 @@ def train(dataset, config):
     manager = tf.train.CheckpointManager(checkpoint, config.run_dir,
                                          max_to_keep=None)
     if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint) \
-            .assert_existing_objects_matched()
+        _continue(checkpoint, objects, manager.latest_checkpoint, config)
         logging.info("Continuing %s from %s (step %d)", config.run_dir,
                      manager.latest_checkpoint, int(step))
     elif config.restore_path:
@@ -427,7 +447,7 @@ def train(dataset, config):
 
 def _log_progress(config, step, scalars, steps_per_second, queue_fill):
     total = config.number_of_steps
-    chosen = scalars[f"losses/{config.loss_mode.replace('-', '_')}_loss"]
+    chosen = scalars["losses/" + losses.loss_name(config.loss_mode)]
     extra = f"  accuracy {scalars['accuracy']:.3f}" if "accuracy" in scalars \
         else ""
     logging.info(

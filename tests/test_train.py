@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from cosine_metric_learning import train_app
+from cosine_metric_learning import losses, train_app
 from cosine_metric_learning.errors import UsageError
 from datasets import market1501, mars
 
@@ -72,7 +72,7 @@ def test_each_loss_mode_trains_and_writes_checkpoint_and_summaries(
         assert cosine_tags.isdisjoint(scalars)
     # summaries at the first and the last step; total = chosen + weight
     assert [s for s, _ in scalars["losses/total_loss"]] == [1, 3]
-    chosen = dict(scalars[f"losses/{loss_mode.replace('-', '_')}_loss"])
+    chosen = dict(scalars["losses/" + losses.loss_name(loss_mode)])
     weight = dict(scalars["losses/weight_loss"])
     for step, total in scalars["losses/total_loss"]:
         assert np.isfinite(total)
@@ -105,6 +105,16 @@ def test_rerun_continues_from_the_latest_checkpoint(market_dir, tmp_path):
                                             number_of_steps=4,
                                             loss_mode="triplet"))
     assert third.step == 4 and third.checkpoint == second.checkpoint
+
+
+def test_continuing_a_run_with_another_loss_is_refused(market_dir, tmp_path):
+    train_app.train(MARKET, _config(market_dir, tmp_path, number_of_steps=1,
+                                    loss_mode="magnet"))
+    with pytest.raises(UsageError, match="holds a checkpoint of another "
+                                         "network or loss.*classifier"):
+        train_app.train(MARKET, _config(market_dir, tmp_path,
+                                        number_of_steps=2,
+                                        loss_mode="cosine-softmax"))
 
 
 def test_checkpoints_every_interval_are_all_kept(market_dir, tmp_path):

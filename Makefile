@@ -20,18 +20,38 @@ install: $(VENV)/.installed
 test: install
 	$(PY) -m pytest -q
 
+# The evaluator runs beside training, on the CPU, as it would beside a GPU
+# run: it evaluates every checkpoint and stops after the last step's.
 demo: install
-	rm -rf $(DEMO_DIR)/output/cosine-softmax
+	rm -rf $(DEMO_DIR)/output $(DEMO_DIR)/eval
 	$(PY) -m datasets.synthetic --layout=market1501 \
 		--output_dir=$(DEMO_DIR)/Market-1501-synthetic
+	CUDA_VISIBLE_DEVICES="" $(PY) train_market1501.py --mode=eval \
+		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
+		--log_dir=$(DEMO_DIR)/output --run_id=cosine-softmax \
+		--eval_log_dir=$(DEMO_DIR)/eval --eval_interval_secs=5 \
+		--number_of_steps=$(DEMO_STEPS) --eval_timeout_secs=900 \
+		> $(DEMO_DIR)/eval.log 2>&1 & evaluator=$$!; \
 	$(PY) train_market1501.py --dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
 		--log_dir=$(DEMO_DIR)/output --run_id=cosine-softmax \
 		--loss_mode=cosine-softmax --batch_size=32 \
-		--number_of_steps=$(DEMO_STEPS) --save_summaries_secs=20
+		--number_of_steps=$(DEMO_STEPS) --save_interval_secs=60 \
+		--save_summaries_secs=20 || { kill $$evaluator; exit 1; }; \
+	wait $$evaluator
+	@echo
+	@echo "Validation CMC of every checkpoint (evaluator log $(DEMO_DIR)/eval.log):"
+	@grep -o "step [0-9]*: .*" $(DEMO_DIR)/eval.log
+	@echo
+	$(PY) train_market1501.py --mode=test \
+		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
+		--restore_path=$(DEMO_DIR)/output/cosine-softmax \
+		--output_json=$(DEMO_DIR)/test.json --rank_image=$(DEMO_DIR)/ranks.png
 	@echo
 	@echo "Synthetic dataset:  $(DEMO_DIR)/Market-1501-synthetic"
-	@echo "Checkpoints:        $$(ls $(DEMO_DIR)/output/cosine-softmax/*.index | sed 's/.index//' | tr '\n' ' ')"
-	@echo "TensorBoard:        $(VENV)/bin/tensorboard --logdir $(DEMO_DIR)/output"
+	@echo "Checkpoints:        $(DEMO_DIR)/output/cosine-softmax/"
+	@echo "Test numbers:       $(DEMO_DIR)/test.json"
+	@echo "Ranked retrieval:   $(DEMO_DIR)/ranks.png"
+	@echo "TensorBoard:        $(VENV)/bin/tensorboard --logdir_spec train:$(DEMO_DIR)/output,eval:$(DEMO_DIR)/eval"
 
 benchmark: install
 	$(PY) benchmarks/input_pipeline.py

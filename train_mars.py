@@ -12,6 +12,8 @@ DATASET = train_app.DatasetSpec(
     name="mars",
     num_classes=mars.MAX_LABEL + 1,
     read_train=mars.read_train_split_to_str,
+    read_test=mars.read_test_protocol,
+    num_validation_galleries=20,
     default_dataset_dir="./MARS-evaluation-master/",
     image_shape=mars.IMAGE_SHAPE)
 

@@ -18,9 +18,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
-from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from cosine_metric_learning import losses
+from cosine_metric_learning import checkpoints, evaluation, losses
 from cosine_metric_learning import queued_trainer
 from cosine_metric_learning.errors import UsageError, first_line
 from datasets import util as dataset_util
@@ -44,13 +43,17 @@ class DatasetSpec:
     """What the shared main needs to know about a dataset.
 
     ``read_train(dataset_dir)`` returns ``(filenames, ids, camera_indices,
-    ...)``; extra elements are ignored.
+    ...)``; extra elements are ignored. ``read_test(dataset_dir)`` returns a
+    :class:`datasets.util.TestSplit`. Exported features go to ``--sdk_dir``
+    for datasets that have a default for it, else to ``--dataset_dir``.
     """
     name: str
     num_classes: int
     read_train: Callable
     default_dataset_dir: str
+    read_test: Optional[Callable] = None
     default_sdk_dir: Optional[str] = None
+    num_validation_galleries: int = 10
     image_shape: Tuple[int, int, int] = network_definition.IMAGE_SHAPE
 
 
@@ -205,51 +208,13 @@ def make_train_step(model, optimizer, loss_mode, step):
 
 # Checkpoints ----------------------------------------------------------------
 
-def resolve_checkpoint(path):
-    """A checkpoint prefix from a prefix or a directory; UsageError if none."""
-    if os.path.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
-        if latest is None:
-            raise UsageError(f"--restore_path={path}: the directory holds no "
-                             "checkpoint")
-        return latest
-    if not tf.io.gfile.exists(path + ".index"):
-        raise UsageError(f"--restore_path={path}: no such checkpoint "
-                         f"(expected {path}.index)")
-    return path
-
-
-def checkpoint_objects(path):
-    """Names of the top-level objects saved in a checkpoint.
-
-    Read from the object graph, not the variable keys: a variable is keyed
-    by its shortest path, which for trainable weights runs through the
-    optimizer that also tracks them.
-    """
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor(
-        "_CHECKPOINTABLE_OBJECT_GRAPH"))
-    return {child.local_name for child in graph.nodes[0].children}
-
-
 def warm_start(model, path, restore_classifier):
     """Initialise the encoder (and classifier) from another checkpoint."""
-    path = resolve_checkpoint(path)
+    path = checkpoints.resolve_checkpoint(path)
     objects = {"encoder": model.encoder}
     if restore_classifier and model.classifier is not None:
         objects["classifier"] = model.classifier
-    saved = checkpoint_objects(path)
-    missing = sorted(set(objects) - saved)
-    if missing:
-        raise UsageError(f"--restore_path={path}: the checkpoint has no "
-                         f"{' or '.join(missing)} (it has: "
-                         f"{', '.join(sorted(saved))})")
-    try:
-        tf.train.Checkpoint(**objects).restore(path).expect_partial() \
-            .assert_existing_objects_matched()
-    except (AssertionError, ValueError) as e:
-        raise UsageError(f"--restore_path={path} does not match the "
-                         f"network: {first_line(e)}") from e
+    checkpoints.restore(path, **objects)
     logging.info("Initialised %s from %s", " and ".join(objects), path)
 
 
@@ -326,7 +291,7 @@ def _continue(checkpoint, objects, path, config):
             f"loss than --loss_mode={config.loss_mode} ({detail}); choose "
             "another --run_id")
 
-    saved = checkpoint_objects(path) - {"save_counter"}
+    saved = checkpoints.checkpoint_objects(path) - {"save_counter"}
     if saved != set(objects):
         raise mismatch(f"it has {', '.join(sorted(saved))}; this run has "
                        f"{', '.join(sorted(objects))}")
@@ -404,7 +369,9 @@ def train(dataset, config):
         return path
 
     last_path = manager.latest_checkpoint
-    saved_step = int(step) if last_path else None
+    if last_path is None:  # the evaluator's baseline: the initial weights
+        last_path = save("initial weights")
+    saved_step = int(step)
     with _StopSignal() as stop, trainer:
         now = time.time()
         last_save = last_summary = last_log = now
@@ -501,6 +468,22 @@ def define_flags(dataset):
                        "Seconds between TensorBoard summaries.")
     flags.DEFINE_float("log_interval_secs", 10.0,
                        "Seconds between progress log lines.")
+    # --mode=eval
+    flags.DEFINE_float("eval_interval_secs", 60.0,
+                       "eval: seconds between polls for a new checkpoint.")
+    flags.DEFINE_integer("max_num_evaluations", None,
+                         "eval: stop after this many evaluations.")
+    flags.DEFINE_float("eval_timeout_secs", None,
+                       "eval: stop when no new checkpoint appeared for this "
+                       "long (with --number_of_steps: also stop once that "
+                       "step is evaluated).")
+    # --mode=test
+    flags.DEFINE_string("output_json", None, "test: also write the numbers "
+                        "to this JSON file.")
+    flags.DEFINE_boolean("flip_test", False, "test: add the features of the "
+                         "mirrored images (sum, re-normalised).")
+    flags.DEFINE_string("rank_image", None, "test: draw queries and their "
+                        "top 10 gallery entries into this PNG file.")
 
 
 def config_from_flags():
@@ -519,9 +502,17 @@ def config_from_flags():
         log_interval_secs=FLAGS.log_interval_secs)
 
 
+def restore_path_from_flags():
+    """``--restore_path``, else the latest checkpoint of ``--run_id``."""
+    if FLAGS.restore_path is None and FLAGS.run_id is not None:
+        return os.path.join(FLAGS.log_dir, FLAGS.run_id)
+    return FLAGS.restore_path
+
+
 def run_mode(dataset):
     """Run the mode the flags ask for; returns the process exit status."""
-    if FLAGS.mode is Mode.TRAIN:
+    mode = FLAGS.mode
+    if mode is Mode.TRAIN:
         result = train(dataset, config_from_flags())
         if result.signal is not None:
             print(f"Stopped by {signal.Signals(result.signal).name} at step "
@@ -529,8 +520,36 @@ def run_mode(dataset):
                   file=sys.stderr)
             return 128 + result.signal
         return 0
-    raise UsageError(f"--mode={FLAGS.mode.value} is not available in this "
-                     "version; available: train")
+    if mode is Mode.EVAL:
+        if FLAGS.run_id is None:
+            raise UsageError("--mode=eval needs --run_id: the training run "
+                             "in --log_dir to evaluate")
+        evaluation.evaluate_checkpoints(dataset, evaluation.EvalConfig(
+            dataset_dir=FLAGS.dataset_dir, log_dir=FLAGS.log_dir,
+            run_id=FLAGS.run_id, eval_log_dir=FLAGS.eval_log_dir,
+            loss_mode=FLAGS.loss_mode, batch_size=FLAGS.batch_size,
+            eval_interval_secs=FLAGS.eval_interval_secs,
+            max_num_evaluations=FLAGS.max_num_evaluations,
+            eval_timeout_secs=FLAGS.eval_timeout_secs,
+            number_of_steps=FLAGS.number_of_steps))
+        return 0
+    if mode is Mode.TEST:
+        evaluation.run_test(
+            dataset, restore_path_from_flags(), FLAGS.dataset_dir,
+            FLAGS.loss_mode, batch_size=FLAGS.batch_size,
+            flip_test=FLAGS.flip_test, output_json=FLAGS.output_json,
+            rank_image=FLAGS.rank_image)
+        return 0
+    if mode is Mode.EXPORT:
+        output_dir = (FLAGS.sdk_dir if dataset.default_sdk_dir is not None
+                      else FLAGS.dataset_dir)
+        for path in evaluation.export_features(
+                dataset, restore_path_from_flags(), FLAGS.dataset_dir,
+                output_dir, batch_size=FLAGS.batch_size):
+            print(f"wrote {path}")
+        return 0
+    raise UsageError(f"--mode={mode.value} is not available in this "
+                     "version; available: train, eval, test, export")
 
 
 def main(dataset):

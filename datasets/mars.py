@@ -8,6 +8,7 @@ id (``00-1`` = junk, ``0000`` = distractor), camera, tracklet, frame.
 import os
 
 import numpy as np
+import scipy.io
 
 from datasets import util
 from cosine_metric_learning.errors import UsageError
@@ -65,3 +66,50 @@ def read_train_split_to_str(dataset_dir):
 def read_test_split_to_str(dataset_dir):
     """Test images in ``info/test_name.txt`` order, as for the train split."""
     return _read_split(dataset_dir, "test")
+
+
+def read_test_protocol(dataset_dir):
+    """The test split for the standard protocol: query vs. gallery tracklets.
+
+    Tracklets are the rows of ``info/tracks_test_info.mat`` (start and end
+    index, 1-based into ``info/test_name.txt``, person id, camera); queries
+    are the rows named by ``info/query_IDX.mat``; the gallery is every
+    tracklet (the query's own is junk: same id and camera).
+
+    Returns
+    -------
+    datasets.util.TestSplit
+        ``exports``: ``feat_test.mat`` with one row per image in
+        ``test_name.txt`` order.
+    """
+    filenames, _, _, _ = read_test_split_to_str(dataset_dir)
+    tracks = _load_mat(dataset_dir, "tracks_test_info.mat",
+                       "track_test_info").astype(np.int64)
+    query_rows = _load_mat(dataset_dir, "query_IDX.mat",
+                           "query_IDX").ravel().astype(np.int64) - 1
+    if tracks.ndim != 2 or tracks.shape[1] < 4 or \
+            tracks[:, :2].min() < 1 or tracks[:, :2].max() > len(filenames):
+        raise UsageError("info/tracks_test_info.mat: expected rows of "
+                         f"(start, end, id, camera) with indices in "
+                         f"1..{len(filenames)}")
+    if query_rows.min() < 0 or query_rows.max() >= len(tracks):
+        raise UsageError(f"info/query_IDX.mat: expected rows in "
+                         f"1..{len(tracks)}")
+    groups = [np.arange(start - 1, end) for start, end in tracks[:, :2]]
+    ids, cameras = tracks[:, 2], tracks[:, 3] - 1
+    return util.TestSplit(
+        filenames=np.asarray(filenames),
+        query_groups=[groups[i] for i in query_rows],
+        query_ids=ids[query_rows], query_cameras=cameras[query_rows],
+        gallery_groups=groups, gallery_ids=ids, gallery_cameras=cameras,
+        exports={"feat_test.mat": np.arange(len(filenames))})
+
+
+def _load_mat(dataset_dir, name, key):
+    path = os.path.join(dataset_dir, "info", name)
+    util.require_file(path, "MARS evaluation file", LAYOUT)
+    contents = scipy.io.loadmat(path)
+    if key not in contents:
+        raise UsageError(f"'{path}' has no '{key}'; expected the MARS kit's "
+                         f"{name}")
+    return contents[key]

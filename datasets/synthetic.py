@@ -21,7 +21,7 @@ import numpy as np
 import scipy.io
 from PIL import Image, ImageDraw
 
-from datasets import market1501
+from datasets import market1501, mars
 
 NUM_CAMERAS = 6
 BASE_SIZE = (64, 128)  # (width, height) of a rendered person
@@ -247,7 +247,8 @@ def write_mars(output_dir, num_train_ids=60, num_test_ids=30,
     """
     rng = np.random.default_rng(seed)
     cameras = _cameras(seed + 1)
-    train_ids, test_ids = _person_ids(rng, num_train_ids, num_test_ids, 1500)
+    train_ids, test_ids = _person_ids(rng, num_train_ids, num_test_ids,
+                                      mars.MAX_LABEL)
     info_dir = os.path.join(output_dir, "info")
     os.makedirs(info_dir, exist_ok=True)
 

@@ -1,5 +1,6 @@
 """Helpers shared by the dataset readers: identity split and image loading."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -41,3 +42,31 @@ def require_file(path, what, layout):
     """Raise a UsageError naming ``path`` unless it is a file."""
     if not os.path.isfile(path):
         raise UsageError(f"{what} not found: '{path}'; expected {layout}")
+
+
+@dataclasses.dataclass
+class TestSplit:
+    """A test split as the standard protocol sees it.
+
+    Every image to encode is in ``filenames``; a query or gallery *entry* is
+    a group of images (one image for Market-1501, a tracklet for MARS)
+    whose features are averaged and re-normalised.
+
+    Attributes
+    ----------
+    filenames : ndarray of str
+    query_groups, gallery_groups : list of int ndarray
+        Indices into ``filenames`` of each entry's images.
+    query_ids, query_cameras, gallery_ids, gallery_cameras : int ndarray
+    exports : dict
+        ``.mat`` file name -> indices into ``filenames``, in the order the
+        dataset's official evaluation kit reads them.
+    """
+    filenames: np.ndarray
+    query_groups: list
+    query_ids: np.ndarray
+    query_cameras: np.ndarray
+    gallery_groups: list
+    gallery_ids: np.ndarray
+    gallery_cameras: np.ndarray
+    exports: dict

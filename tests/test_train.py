@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from cosine_metric_learning import losses, train_app
+from cosine_metric_learning import checkpoints, losses, train_app
 from cosine_metric_learning.errors import UsageError
 from datasets import market1501, mars
 
@@ -52,7 +52,7 @@ def test_each_loss_mode_trains_and_writes_checkpoint_and_summaries(
     result = train_app.train(MARKET, config)
     assert result.step == 3 and result.signal is None
     assert result.checkpoint == os.path.join(config.run_dir, "ckpt-3")
-    objects = train_app.checkpoint_objects(result.checkpoint)
+    objects = checkpoints.checkpoint_objects(result.checkpoint)
     assert {"encoder", "optimizer", "step"} <= objects
     assert ("classifier" in objects) == (loss_mode == "cosine-softmax")
 
@@ -94,7 +94,7 @@ def test_rerun_continues_from_the_latest_checkpoint(market_dir, tmp_path):
     assert second.step == 4
     run_dir = os.path.join(tmp_path, "run")
     assert tf.train.get_checkpoint_state(run_dir).all_model_checkpoint_paths \
-        == [os.path.join(run_dir, "ckpt-2"), os.path.join(run_dir, "ckpt-4")]
+        == [os.path.join(run_dir, f"ckpt-{n}") for n in (0, 2, 4)]
     # the optimizer state came along: 4 Adam updates, not 2
     iterations = _read(second.checkpoint,
                        "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE")
@@ -123,7 +123,7 @@ def test_checkpoints_every_interval_are_all_kept(market_dir, tmp_path):
     train_app.train(MARKET, config)
     state = tf.train.get_checkpoint_state(config.run_dir)
     assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] \
-        == ["ckpt-1", "ckpt-2", "ckpt-3"]
+        == ["ckpt-0", "ckpt-1", "ckpt-2", "ckpt-3"]
 
 
 def _conv1_1_kernel(checkpoint):

@@ -1,0 +1,353 @@
+"""Evaluation modes: the checkpoint-polling evaluator, test and export.
+
+* :func:`evaluate_checkpoints` (``--mode=eval``) runs beside training on the
+  CPU, evaluates each new checkpoint on the validation identities and
+  writes CMC and mAP to TensorBoard at the checkpoint's step.
+* :func:`run_test` (``--mode=test``) computes the numbers papers report with
+  the datasets' standard protocols, without MATLAB.
+* :func:`export_features` (``--mode=export``) writes ``.mat`` feature files
+  for the official evaluation kits.
+"""
+
+import dataclasses
+import json
+import os
+import time
+from typing import Optional
+
+import numpy as np
+import scipy.io
+import tensorflow as tf
+from absl import logging
+from PIL import Image, ImageDraw
+from tensorboard.compat.proto import event_pb2
+
+from cosine_metric_learning import checkpoints, metrics, preprocessing
+from cosine_metric_learning import queued_trainer
+from cosine_metric_learning.errors import UsageError, first_line
+from datasets import util as dataset_util
+from nets.deep_sort import network_definition
+
+PRECISION_TAG = "Precision@1"
+
+
+# Encoding -------------------------------------------------------------------
+
+def make_encode_fn(encoder, image_shape, batch_size, flip_test=False):
+    """A function mapping file names to features ``(N, D)``, in batches.
+
+    With ``flip_test`` the features of each image and its mirror image are
+    summed and re-normalised.
+    """
+    load = preprocessing.make_batch_loader(image_shape, training=False)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def encode(filenames):
+        images = load(filenames)
+        features = encoder(images, training=False)
+        if flip_test:
+            features += encoder(tf.reverse(images, axis=[2]), training=False)
+            features = tf.math.l2_normalize(features, axis=1)
+        return features
+
+    return lambda filenames: queued_trainer.run_in_batches(
+        lambda batch: encode(batch).numpy(), filenames, batch_size)
+
+
+def pool_groups(features, groups):
+    """Average each group's features and L2-normalise: (len(groups), D)."""
+    pooled = np.stack([features[g].mean(axis=0) for g in groups])
+    norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+    return pooled / np.maximum(norms, 1e-12)
+
+
+# The evaluator ----------------------------------------------------------------
+
+@dataclasses.dataclass
+class EvalConfig:
+    dataset_dir: str
+    log_dir: str
+    run_id: str
+    eval_log_dir: str
+    loss_mode: str = "cosine-softmax"
+    batch_size: int = 128
+    eval_interval_secs: float = 60.0
+    max_num_evaluations: Optional[int] = None
+    eval_timeout_secs: Optional[float] = None
+    number_of_steps: Optional[int] = None
+
+    def validate(self):
+        if self.batch_size < 1:
+            raise UsageError(f"--batch_size={self.batch_size}: expected an "
+                             "integer >= 1")
+        if not self.eval_interval_secs >= 0:
+            raise UsageError(f"--eval_interval_secs={self.eval_interval_secs}"
+                             ": expected a number >= 0")
+        if self.max_num_evaluations is not None and \
+                self.max_num_evaluations < 1:
+            raise UsageError(f"--max_num_evaluations="
+                             f"{self.max_num_evaluations}: expected >= 1")
+        if self.eval_timeout_secs is not None and \
+                not self.eval_timeout_secs >= 0:
+            raise UsageError(f"--eval_timeout_secs={self.eval_timeout_secs}"
+                             ": expected a number >= 0")
+
+
+def evaluated_steps(eval_dir):
+    """Steps that already have a ``Precision@1`` value in ``eval_dir``.
+
+    Read back from the event files, so a restarted evaluator does not write
+    a second value for a step.
+    """
+    steps = set()
+    if not tf.io.gfile.isdir(eval_dir):
+        return steps
+    for name in tf.io.gfile.listdir(eval_dir):
+        if "tfevents" not in name:
+            continue
+        try:
+            for record in tf.data.TFRecordDataset(os.path.join(eval_dir,
+                                                               name)):
+                event = event_pb2.Event.FromString(record.numpy())
+                if any(v.tag == PRECISION_TAG for v in event.summary.value):
+                    steps.add(int(event.step))
+        except tf.errors.DataLossError:  # a truncated last record
+            logging.warning("Skipped the damaged end of %s", name)
+    return steps
+
+
+def read_validation_data(dataset, dataset_dir):
+    """File names, ids and cameras of the held-out validation identities."""
+    filenames, ids, cameras, *_ = dataset.read_train(dataset_dir)
+    _, is_validation = dataset_util.split_validation(ids)
+    if not np.any(is_validation):
+        raise UsageError(f"{dataset_dir}: too few training identities "
+                         f"({len(np.unique(ids))}) to hold out 10 % for "
+                         "validation; at least 10 are needed")
+    return (np.asarray(filenames)[is_validation], ids[is_validation],
+            cameras[is_validation])
+
+
+def evaluate_checkpoints(dataset, config):
+    """Poll ``log_dir/run_id`` and evaluate each new checkpoint once.
+
+    Stops after ``max_num_evaluations`` evaluations, after a checkpoint at
+    or beyond ``number_of_steps``, or when no new checkpoint appeared for
+    ``eval_timeout_secs``; with none of these it polls until interrupted.
+
+    Returns
+    -------
+    list of (step, dict)
+        The metrics of every checkpoint evaluated by this call.
+    """
+    config.validate()
+    run_dir = os.path.join(config.log_dir, config.run_id)
+    eval_dir = os.path.join(config.eval_log_dir, config.run_id)
+    filenames, ids, cameras = read_validation_data(dataset,
+                                                   config.dataset_dir)
+    encoder = network_definition.create_encoder(dataset.image_shape)
+    encode = make_encode_fn(encoder, dataset.image_shape, config.batch_size)
+    metric = metrics.metric_for_loss(config.loss_mode)
+    done_steps = evaluated_steps(eval_dir)
+    writer = tf.summary.create_file_writer(eval_dir)
+    logging.info("Evaluating checkpoints of %s on %d images of %d validation "
+                 "identities (%s distance, %d galleries); summaries to %s",
+                 run_dir, len(ids), len(np.unique(ids)), metric,
+                 dataset.num_validation_galleries, eval_dir)
+    results, failures, handled = [], {}, set()
+    last_new = time.time()
+    last_step = None
+    while True:
+        latest = tf.train.latest_checkpoint(run_dir)
+        if latest is not None and latest not in handled:
+            last_new = time.time()
+            try:
+                last_step = checkpoints.checkpoint_step(latest)
+                if last_step in done_steps:
+                    logging.info("Step %d was evaluated before: skipping %s",
+                                 last_step, latest)
+                else:
+                    checkpoints.restore(latest, encoder=encoder)
+                    values = metrics.validation_cmc(
+                        encode(filenames), ids, cameras,
+                        dataset.num_validation_galleries, metric)
+                    _write_scalars(writer, last_step, values)
+                    done_steps.add(last_step)
+                    results.append((last_step, values))
+                    logging.info("step %d: %s", last_step, "  ".join(
+                        f"{k} {v:.3f}" for k, v in values.items()))
+                handled.add(latest)
+            except (tf.errors.OpError, UsageError, ValueError) as e:
+                # deleted or still being written: try again at the next poll
+                failures[latest] = failures.get(latest, 0) + 1
+                logging.warning("Cannot read checkpoint %s (attempt %d of "
+                                "3): %s", latest, failures[latest],
+                                first_line(e))
+                if failures[latest] >= 3:
+                    logging.warning("Skipping %s", latest)
+                    handled.add(latest)
+        if config.max_num_evaluations is not None and \
+                len(results) >= config.max_num_evaluations:
+            break
+        if config.number_of_steps is not None and last_step is not None \
+                and last_step >= config.number_of_steps \
+                and latest in handled:
+            logging.info("The training run reached its last step (%d)",
+                         last_step)
+            break
+        if config.eval_timeout_secs is not None and \
+                time.time() - last_new >= config.eval_timeout_secs:
+            logging.info("No new checkpoint for %.0f s: stopping",
+                         time.time() - last_new)
+            break
+        time.sleep(config.eval_interval_secs)
+    writer.close()
+    return results
+
+
+def _write_scalars(writer, step, values):
+    with writer.as_default(step=step):
+        for name, value in values.items():
+            tf.summary.scalar(name, value)
+    writer.flush()
+
+
+# The standard test protocol -------------------------------------------------
+
+def test_features(dataset, restore_path, dataset_dir, batch_size,
+                  flip_test=False):
+    """Encode the test split; returns ``(split, image features, path)``."""
+    path = checkpoints.resolve_checkpoint(restore_path)
+    split = dataset.read_test(dataset_dir)
+    encoder = network_definition.create_encoder(dataset.image_shape)
+    checkpoints.restore(path, encoder=encoder)
+    encode = make_encode_fn(encoder, dataset.image_shape, batch_size,
+                            flip_test)
+    logging.info("Encoding %d test images with %s", len(split.filenames),
+                 path)
+    return split, encode(split.filenames), path
+
+
+def evaluate_split(split, features, metric):
+    """Standard-protocol metrics and the distance matrix of a test split."""
+    query = pool_groups(features, split.query_groups)
+    gallery = pool_groups(features, split.gallery_groups)
+    distances = metrics.distance_matrix(query, gallery, metric)
+    result = metrics.evaluate_ranking(
+        distances, split.query_ids, split.gallery_ids, split.query_cameras,
+        split.gallery_cameras)
+    return result, distances
+
+
+def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
+             flip_test=False, output_json=None, rank_image=None):
+    """``--mode=test``: print and return rank-k CMC and mAP."""
+    split, features, path = test_features(dataset, restore_path, dataset_dir,
+                                          batch_size, flip_test)
+    metric = metrics.metric_for_loss(loss_mode)
+    result, distances = evaluate_split(split, features, metric)
+    summary = {k: v for k, v in result.items() if k != "cmc"}
+    summary.update(dataset=dataset.name, checkpoint=path, metric=metric,
+                   flip_test=flip_test)
+    print(format_table(summary))
+    if output_json:
+        _write_atomically(output_json, lambda f: json.dump(summary, f,
+                                                           indent=2))
+        print(f"wrote {output_json}")
+    if rank_image:
+        draw_rank_image(rank_image, split, distances)
+        print(f"wrote {rank_image}")
+    return summary
+
+
+def format_table(summary):
+    """The test numbers as a small text table."""
+    rows = [(k, summary[k]) for k in summary if k.startswith("rank-")]
+    rows += [("mAP", summary["mAP"]),
+             ("mAP (non-interpolated)", summary["mAP_noninterpolated"])]
+    lines = [f"{summary['dataset']} test, {summary['num_queries']} queries, "
+             f"{summary['metric']} distance"
+             f"{', flip test' if summary['flip_test'] else ''}",
+             f"{'metric':24s} {'value':>7s}", "-" * 32]
+    lines += [f"{name:24s} {100 * value:6.2f}%" for name, value in rows]
+    return "\n".join(lines)
+
+
+def draw_rank_image(path, split, distances, num_queries=8, top=10,
+                    seed=0, tile=(64, 128), border=4):
+    """A grid of queries and their top gallery entries (junk removed).
+
+    Each row is a query followed by its ``top`` nearest gallery entries;
+    matches are framed green and non-matches red.
+    """
+    rng = np.random.RandomState(seed)
+    chosen = np.sort(rng.choice(len(split.query_groups),
+                                min(num_queries, len(split.query_groups)),
+                                replace=False))
+    width, height = tile
+    cell_w, cell_h = width + 2 * border, height + 2 * border
+    canvas = Image.new("RGB", (cell_w * (top + 1) + border, cell_h * len(
+        chosen)), "white")
+    draw = ImageDraw.Draw(canvas)
+
+    def paste(group, col, row, color):
+        x, y = col * cell_w + (border if col else 0), row * cell_h
+        if color:
+            draw.rectangle([x, y, x + cell_w - 1, y + cell_h - 1], fill=color)
+        image = Image.open(split.filenames[group[0]]).convert("RGB")
+        canvas.paste(image.resize(tile), (x + border, y + border))
+
+    for row, q in enumerate(chosen):
+        paste(split.query_groups[q], 0, row, None)
+        q_id, q_cam = split.query_ids[q], split.query_cameras[q]
+        junk = (split.gallery_ids == -1) | (
+            (split.gallery_ids == q_id) & (split.gallery_cameras == q_cam))
+        order = [g for g in np.argsort(distances[q], kind="stable")
+                 if not junk[g]][:top]
+        for col, g in enumerate(order, start=1):
+            match = split.gallery_ids[g] == q_id
+            paste(split.gallery_groups[g], col, row,
+                  (0, 170, 0) if match else (220, 0, 0))
+    _write_atomically(path, lambda f: canvas.save(f, format="PNG"),
+                      binary=True)
+
+
+# Export -----------------------------------------------------------------------
+
+def export_features(dataset, restore_path, dataset_dir, output_dir,
+                    batch_size=128):
+    """``--mode=export``: ``.mat`` files (key ``features``, a row per image).
+
+    Returns
+    -------
+    list of str
+        The files written.
+    """
+    split, features, _ = test_features(dataset, restore_path, dataset_dir,
+                                       batch_size)
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create {output_dir}: {e.strerror}") from e
+    written = []
+    for name, indices in split.exports.items():
+        path = os.path.join(output_dir, name)
+        _write_atomically(path, lambda f, i=indices: scipy.io.savemat(
+            f, {"features": features[i]}), binary=True)
+        logging.info("Wrote %s: features %s", path, features[indices].shape)
+        written.append(path)
+    return written
+
+
+def _write_atomically(path, write, binary=False):
+    """Write through a temporary file renamed into place."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp")
+    try:
+        with open(tmp, "wb" if binary else "w") as f:
+            write(f)
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise UsageError(f"cannot write {path}: {e.strerror}") from e

@@ -1,0 +1,188 @@
+"""Re-identification metrics: distances, CMC and mAP, vectorised in NumPy.
+
+Two protocols:
+
+* **Validation** (the original's evaluator): random single-shot galleries,
+  one probe and one gallery image per identity, CMC "Precision@k".
+* **Standard test protocol** (Market-1501 and MARS evaluation kits): for each
+  query, gallery entries with id -1 and those with the query's id *and*
+  camera are junk and removed from the ranking; good matches have the
+  query's id and another camera. CMC counts the first good match; AP is the
+  kits' trapezoidal AP, and the non-interpolated AP that PyTorch toolkits
+  print is reported beside it.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from cosine_metric_learning import losses
+
+METRICS = ("cosine", "sqeuclidean")
+RANKS = (1, 5, 10, 20)
+VALIDATION_GALLERY_SEED = 4321
+
+
+def metric_for_loss(loss_mode):
+    """Cosine distance for cosine-softmax, squared Euclidean otherwise."""
+    return "cosine" if loss_mode == "cosine-softmax" else "sqeuclidean"
+
+
+def distance_matrix(query, gallery, metric):
+    """Distances (Q, G) between rows of ``query`` and ``gallery``.
+
+    ``cosine`` is ``1 - cos(q, g)`` (rows are normalised first);
+    ``sqeuclidean`` is ``|q - g|^2``.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"metric={metric!r}: expected one of {METRICS}")
+    query = tf.convert_to_tensor(query, tf.float32)
+    gallery = tf.convert_to_tensor(gallery, tf.float32)
+    if metric == "cosine":
+        query = tf.math.l2_normalize(query, axis=1)
+        gallery = tf.math.l2_normalize(gallery, axis=1)
+        return (1.0 - tf.matmul(query, gallery, transpose_b=True)).numpy()
+    return tf.maximum(0.0, losses.pairwise_squared_distance(
+        query, gallery)).numpy()
+
+
+# Random single-shot galleries (validation) -----------------------------------
+
+def single_shot_gallery(ids, cameras, seed):
+    """Draw one probe and one gallery image per identity.
+
+    For each identity, in sorted order: if it was seen by more than one
+    camera, two cameras are drawn at random and one image of each; else two
+    different images of its one camera. Identities with a single image are
+    skipped. All draws come from ``np.random.RandomState(seed)``.
+
+    Returns
+    -------
+    (probe_indices, gallery_indices)
+        Index arrays into ``ids`` of equal length, one entry per identity.
+    """
+    ids, cameras = np.asarray(ids), np.asarray(cameras)
+    rng = np.random.RandomState(seed)
+    probes, galleries = [], []
+    for identity in np.unique(ids):
+        indices = np.flatnonzero(ids == identity)
+        identity_cameras = np.unique(cameras[indices])
+        if len(identity_cameras) > 1:
+            probe_cam, gallery_cam = rng.choice(identity_cameras, 2,
+                                                replace=False)
+            probe = rng.choice(indices[cameras[indices] == probe_cam])
+            gallery = rng.choice(indices[cameras[indices] == gallery_cam])
+        elif len(indices) > 1:
+            probe, gallery = rng.choice(indices, 2, replace=False)
+        else:
+            continue
+        probes.append(probe)
+        galleries.append(gallery)
+    return np.asarray(probes, np.int64), np.asarray(galleries, np.int64)
+
+
+def validation_cmc(features, ids, cameras, num_galleries, metric,
+                   ranks=RANKS):
+    """The original's validation metric over random single-shot galleries.
+
+    Gallery ``i`` is drawn with seed ``4321 + i``. Precision@k is the
+    fraction of probes whose match is among the ``k`` nearest of the
+    gallery (one relevant image per probe, so ``min(k, 1) = 1``), averaged
+    over the galleries; the mAP of a single-shot gallery is the mean of
+    ``1 / rank`` of the match.
+
+    Returns
+    -------
+    dict
+        ``{"Precision@1": ..., ..., "mAP": ...}``.
+    """
+    features, ids = np.asarray(features), np.asarray(ids)
+    sums = dict.fromkeys([f"Precision@{k}" for k in ranks] + ["mAP"], 0.0)
+    for i in range(num_galleries):
+        probes, galleries = single_shot_gallery(
+            ids, cameras, VALIDATION_GALLERY_SEED + i)
+        distances = distance_matrix(features[probes], features[galleries],
+                                    metric)
+        # 0-based rank of each probe's match: gallery entries strictly closer
+        match = np.diagonal(distances)[:, None]
+        rank = np.sum(distances < match, axis=1)
+        for k in ranks:
+            sums[f"Precision@{k}"] += np.mean(rank < k)
+        sums["mAP"] += np.mean(1.0 / (rank + 1))
+    return {name: value / num_galleries for name, value in sums.items()}
+
+
+# The standard test protocol ---------------------------------------------------
+
+def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
+                     gallery_cameras, ranks=RANKS, chunk_size=256):
+    """CMC and mAP with the Market-1501 / MARS evaluation-kit protocol.
+
+    Parameters
+    ----------
+    distances : ndarray (Q, G)
+    query_ids, query_cameras : ndarray (Q,)
+    gallery_ids, gallery_cameras : ndarray (G,)
+    ranks : tuple of int
+    chunk_size : int
+        Queries processed at once (bounds memory to chunk_size x G).
+
+    Returns
+    -------
+    dict
+        ``rank-k`` CMC for each k, ``mAP`` (the kits' trapezoidal AP),
+        ``mAP_noninterpolated`` (AP as PyTorch re-id toolkits compute it),
+        ``num_queries`` (queries with at least one good match; the others
+        are left out, as they have no answer) and ``cmc`` (the full curve).
+    """
+    distances = np.asarray(distances)
+    query_ids, gallery_ids = np.asarray(query_ids), np.asarray(gallery_ids)
+    query_cameras = np.asarray(query_cameras)
+    gallery_cameras = np.asarray(gallery_cameras)
+    num_gallery = distances.shape[1]
+    cmc = np.zeros(num_gallery)
+    ap_sum = ap_plain_sum = 0.0
+    num_valid = 0
+    for start in range(0, len(query_ids), chunk_size):
+        rows = slice(start, start + chunk_size)
+        # stable: ties keep gallery order, as MATLAB's sort does
+        order = np.argsort(distances[rows], axis=1, kind="stable")
+        ranked_ids = gallery_ids[order]
+        ranked_cams = gallery_cameras[order]
+        same_id = ranked_ids == query_ids[rows, None]
+        same_cam = ranked_cams == query_cameras[rows, None]
+        junk = (ranked_ids == -1) | (same_id & same_cam)
+        good = same_id & ~same_cam & ~junk
+        num_good = good.sum(axis=1)
+        valid = num_good > 0
+        keep = ~junk
+        # position of every entry in the ranking with junk removed
+        position = np.cumsum(keep, axis=1) - 1
+        hit = good  # good entries are never junk
+        hit_number = np.cumsum(hit, axis=1)  # i for the i-th hit
+
+        # CMC: first good match at its junk-free position
+        first = np.where(hit, position, num_gallery).min(axis=1)
+        first = first[valid]
+        np.add.at(cmc, first, 1)
+
+        # AP, kits' version: each hit adds (1/ngood) * (p_prev + p) / 2
+        # (junk entries before the first kept one have position -1; they
+        # are never hits, the maximum only keeps their terms finite)
+        pos = np.maximum(position, 0).astype(np.float64)
+        precision = hit_number / (pos + 1.0)
+        previous = np.where(pos > 0, (hit_number - 1) / np.maximum(pos, 1.0),
+                            1.0)
+        step = hit / np.maximum(num_good, 1)[:, None]
+        ap = np.sum(step * (previous + precision) / 2.0, axis=1)
+        ap_plain = np.sum(step * precision, axis=1)
+        ap_sum += ap[valid].sum()
+        ap_plain_sum += ap_plain[valid].sum()
+        num_valid += int(valid.sum())
+    if num_valid == 0:
+        raise ValueError("no query has a good match in the gallery")
+    cmc = np.cumsum(cmc) / num_valid
+    result = {f"rank-{k}": float(cmc[min(k, num_gallery) - 1]) for k in ranks}
+    result.update(mAP=ap_sum / num_valid,
+                  mAP_noninterpolated=ap_plain_sum / num_valid,
+                  num_queries=num_valid, cmc=cmc)
+    return result

@@ -64,7 +64,9 @@ def restore(path, **objects):
         raise UsageError(f"checkpoint {path} has no {' or '.join(missing)} "
                          f"(it has: {', '.join(sorted(saved))})")
     try:
-        tf.train.Checkpoint(**objects).restore(path).expect_partial() \
+        # read, not restore: restore adds a save_counter that an encoder-only
+        # checkpoint lacks
+        tf.train.Checkpoint(**objects).read(path).expect_partial() \
             .assert_existing_objects_matched()
     except (AssertionError, ValueError) as e:
         raise UsageError(f"checkpoint {path} does not match the "

@@ -129,7 +129,8 @@ def read_validation_data(dataset, dataset_dir):
 
 
 def evaluate_checkpoints(dataset, config):
-    """Poll ``log_dir/run_id`` and evaluate each new checkpoint once.
+    """Poll ``log_dir/run_id`` and evaluate each new checkpoint once, oldest
+    first.
 
     Stops after ``max_num_evaluations`` evaluations, after a checkpoint at
     or beyond ``number_of_steps``, or when no new checkpoint appeared for
@@ -156,53 +157,70 @@ def evaluate_checkpoints(dataset, config):
                  dataset.num_validation_galleries, eval_dir)
     results, failures, handled = [], {}, set()
     last_new = time.time()
-    last_step = None
-    while True:
-        latest = tf.train.latest_checkpoint(run_dir)
-        if latest is not None and latest not in handled:
-            last_new = time.time()
-            try:
-                last_step = checkpoints.checkpoint_step(latest)
-                if last_step in done_steps:
-                    logging.info("Step %d was evaluated before: skipping %s",
-                                 last_step, latest)
-                else:
-                    checkpoints.restore(latest, encoder=encoder)
-                    values = metrics.validation_cmc(
-                        encode(filenames), ids, cameras,
-                        dataset.num_validation_galleries, metric)
-                    _write_scalars(writer, last_step, values)
-                    done_steps.add(last_step)
-                    results.append((last_step, values))
-                    logging.info("step %d: %s", last_step, "  ".join(
-                        f"{k} {v:.3f}" for k, v in values.items()))
-                handled.add(latest)
-            except (tf.errors.OpError, UsageError, ValueError) as e:
-                # deleted or still being written: try again at the next poll
-                failures[latest] = failures.get(latest, 0) + 1
-                logging.warning("Cannot read checkpoint %s (attempt %d of "
-                                "3): %s", latest, failures[latest],
-                                first_line(e))
-                if failures[latest] >= 3:
-                    logging.warning("Skipping %s", latest)
-                    handled.add(latest)
+    final_step_done = False
+
+    def evaluate(path):
+        step = checkpoints.checkpoint_step(path)
+        if step in done_steps:
+            logging.info("Step %d was evaluated before: skipping %s", step,
+                         path)
+            return step
+        checkpoints.restore(path, encoder=encoder)
+        values = metrics.validation_cmc(
+            encode(filenames), ids, cameras,
+            dataset.num_validation_galleries, metric)
+        _write_scalars(writer, step, values)
+        done_steps.add(step)
+        results.append((step, values))
+        logging.info("step %d: %s", step, "  ".join(
+            f"{k} {v:.3f}" for k, v in values.items()))
+        return step
+
+    def stop_reason():
         if config.max_num_evaluations is not None and \
                 len(results) >= config.max_num_evaluations:
-            break
-        if config.number_of_steps is not None and last_step is not None \
-                and last_step >= config.number_of_steps \
-                and latest in handled:
-            logging.info("The training run reached its last step (%d)",
-                         last_step)
-            break
+            return f"{len(results)} evaluations done"
+        if final_step_done:
+            return (f"evaluated the training run's last step "
+                    f"({config.number_of_steps})")
         if config.eval_timeout_secs is not None and \
                 time.time() - last_new >= config.eval_timeout_secs:
-            logging.info("No new checkpoint for %.0f s: stopping",
-                         time.time() - last_new)
-            break
-        time.sleep(config.eval_interval_secs)
+            return f"no new checkpoint for {time.time() - last_new:.0f} s"
+        return None
+
+    while stop_reason() is None:
+        for path in pending_checkpoints(run_dir, handled):
+            last_new = time.time()
+            try:
+                step = evaluate(path)
+            except (tf.errors.OpError, UsageError, ValueError) as e:
+                # deleted or still being written: try again at the next poll
+                failures[path] = failures.get(path, 0) + 1
+                logging.warning("Cannot read checkpoint %s (attempt %d of "
+                                "3): %s", path, failures[path],
+                                first_line(e))
+                if failures[path] >= 3:
+                    logging.warning("Skipping %s", path)
+                    handled.add(path)
+                continue
+            handled.add(path)
+            final_step_done |= (config.number_of_steps is not None
+                                and step >= config.number_of_steps)
+            if stop_reason() is not None:
+                break
+        else:
+            time.sleep(config.eval_interval_secs)
+    logging.info("Evaluator stopping: %s", stop_reason())
     writer.close()
     return results
+
+
+def pending_checkpoints(run_dir, handled):
+    """Checkpoints of a run not yet in ``handled``, oldest first."""
+    state = tf.train.get_checkpoint_state(run_dir)
+    if state is None:
+        return []
+    return [p for p in state.all_model_checkpoint_paths if p not in handled]
 
 
 def _write_scalars(writer, step, values):

@@ -1,0 +1,278 @@
+"""The evaluator process, --mode=test against a reference loop, export."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.io
+import tensorflow as tf
+from PIL import Image
+from tensorboard.backend.event_processing import event_accumulator
+
+from cosine_metric_learning import evaluation, train_app
+from cosine_metric_learning.errors import UsageError
+from tests.conftest import ROOT
+from tests.test_metrics import kit_reference
+from train_market1501 import DATASET as MARKET
+from train_mars import DATASET as MARS
+
+pytestmark = pytest.mark.slow
+
+
+def _train(dataset, dataset_dir, log_dir, steps, **kwargs):
+    settings = dict(batch_size=16, images_per_id=4, number_of_steps=steps,
+                    num_enqueue_threads=2, queue_capacity=64,
+                    save_summaries_secs=3600, log_interval_secs=3600)
+    settings.update(kwargs)
+    return train_app.train(dataset, train_app.TrainConfig(
+        dataset_dir=dataset_dir, log_dir=str(log_dir), run_id="run",
+        **settings))
+
+
+@pytest.fixture(scope="module")
+def market_checkpoint(market_dir, tmp_path_factory):
+    return _train(MARKET, market_dir, tmp_path_factory.mktemp("m"),
+                  3).checkpoint
+
+
+@pytest.fixture(scope="module")
+def mars_checkpoint(mars_dir, tmp_path_factory):
+    return _train(MARS, mars_dir, tmp_path_factory.mktemp("s"), 2,
+                  batch_size=8, images_per_id=2).checkpoint
+
+
+def _evaluator(market_dir, tmp_path, *extra):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    return subprocess.Popen(
+        [sys.executable, "train_market1501.py", "--mode=eval",
+         f"--dataset_dir={market_dir}", f"--log_dir={tmp_path}",
+         "--run_id=run", f"--eval_log_dir={tmp_path / 'eval'}",
+         "--eval_interval_secs=0.2", "--batch_size=64", *extra],
+        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+
+
+def _precision_events(eval_dir):
+    acc = event_accumulator.EventAccumulator(
+        eval_dir, size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    tags = set(acc.Tags()["tensors"])
+    assert {"Precision@1", "Precision@5", "Precision@10", "Precision@20",
+            "mAP"} <= tags
+    return [(e.step, float(tf.make_ndarray(e.tensor_proto)))
+            for e in acc.Tensors("Precision@1")]
+
+
+def test_evaluator_beside_training_evaluates_each_checkpoint_once(
+        market_dir, tmp_path):
+    # started before the run directory or any checkpoint exists
+    evaluator = _evaluator(market_dir, tmp_path, "--max_num_evaluations=3")
+    try:
+        _train(MARKET, market_dir, tmp_path, 2, save_interval_secs=1e-6,
+               loss_mode="triplet")
+        _, stderr = evaluator.communicate(timeout=240)
+    finally:
+        evaluator.kill()
+    assert evaluator.returncode == 0, stderr[-3000:]
+    events = _precision_events(str(tmp_path / "eval" / "run"))
+    assert sorted(step for step, _ in events) == [0, 1, 2]
+    assert all(0.0 <= value <= 1.0 for _, value in events)
+    for step in (0, 1, 2):
+        assert f"step {step}: Precision@1" in stderr
+
+    # a restarted evaluator finds nothing new and writes no second value
+    evaluator = _evaluator(market_dir, tmp_path, "--eval_timeout_secs=1")
+    try:
+        _, stderr = evaluator.communicate(timeout=240)
+    finally:
+        evaluator.kill()
+    assert evaluator.returncode == 0, stderr[-3000:]
+    assert "was evaluated before" in stderr
+    assert sorted(s for s, _ in _precision_events(
+        str(tmp_path / "eval" / "run"))) == [0, 1, 2]
+
+
+def test_evaluator_stops_after_the_last_training_step(
+        market_dir, market_checkpoint, tmp_path):
+    config = evaluation.EvalConfig(
+        dataset_dir=market_dir, log_dir=os.path.dirname(
+            os.path.dirname(market_checkpoint)), run_id="run",
+        eval_log_dir=str(tmp_path), number_of_steps=3, batch_size=64,
+        eval_interval_secs=0.1)
+    results = evaluation.evaluate_checkpoints(MARKET, config)
+    assert [step for step, _ in results] == [0, 3]
+
+
+def _encode_reference(checkpoint, filenames):
+    """Features of single files, through a freshly restored encoder."""
+    from nets.deep_sort import network_definition
+    encoder = network_definition.create_encoder()
+    tf.train.Checkpoint(encoder=encoder).restore(checkpoint).expect_partial()
+    images = np.stack([np.asarray(Image.open(f).convert("RGB").resize(
+        (64, 128), Image.Resampling.BILINEAR)) for f in filenames])
+    return encoder(images.astype(np.float32) / 255.0, training=False).numpy()
+
+
+def _features_by_file(checkpoint, dataset_dir, dataset):
+    split, features, _ = evaluation.test_features(dataset, checkpoint,
+                                                  dataset_dir, 64)
+    return dict(zip(split.filenames, features))
+
+
+def _cosine(a, b):
+    return 1.0 - a @ b.T
+
+
+@pytest.fixture(scope="module")
+def spread_checkpoint(tmp_path_factory):
+    """An encoder-only checkpoint whose features differ clearly per image.
+
+    A freshly trained net maps all images to nearly one point (distances
+    of 1e-6), where rankings hinge on rounding; Glorot-scaled random
+    kernels give the protocol tests well separated distances.
+    """
+    from nets.deep_sort import network_definition
+    import keras
+    encoder = network_definition.create_encoder()
+    init = keras.initializers.GlorotUniform(seed=11)
+    for layer in encoder.layers:
+        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
+            layer.kernel.assign(init(layer.kernel.shape))
+    path = str(tmp_path_factory.mktemp("spread") / "encoder")
+    return tf.train.Checkpoint(encoder=encoder).write(path)
+
+
+def _check_against_reference(summary, split, features, distances, query,
+                             gallery, q_ids, g_ids, q_cams, g_cams):
+    """Distances from independently pooled features, then the kit's loop."""
+    q = np.stack([features[list(i)].mean(0) for i in query]).astype(float)
+    g = np.stack([features[list(i)].mean(0) for i in gallery]).astype(float)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    g /= np.linalg.norm(g, axis=1, keepdims=True)
+    assert distances.std() > 0.01  # well separated, see spread_checkpoint
+    np.testing.assert_allclose(distances, 1.0 - q @ g.T, atol=1e-5)
+    expected = kit_reference(distances, q_ids, g_ids, q_cams, g_cams,
+                             (1, 5, 10, 20))
+    for key, value in expected.items():
+        assert summary[key] == pytest.approx(value, abs=1e-9), key
+
+
+def test_market1501_test_mode_equals_a_reference_loop(
+        market_dir, spread_checkpoint, tmp_path):
+    summary = evaluation.run_test(
+        MARKET, spread_checkpoint, market_dir, "cosine-softmax",
+        batch_size=64, output_json=str(tmp_path / "out.json"),
+        rank_image=str(tmp_path / "ranks.png"))
+    split, features, _ = evaluation.test_features(MARKET, spread_checkpoint,
+                                                  market_dir, 64)
+    _, distances = evaluation.evaluate_split(split, features, "cosine")
+    # reference: list the folders and parse the names here
+    index = {f: i for i, f in enumerate(split.filenames)}
+
+    def listing(folder):
+        names = sorted(n for n in os.listdir(os.path.join(market_dir, folder))
+                       if n.endswith(".jpg"))
+        return ([[index[os.path.join(market_dir, folder, n)]] for n in names],
+                np.array([int(n.split("_")[0]) for n in names]),
+                np.array([int(n.split("_c")[1][0]) for n in names]))
+
+    gallery, g_ids, g_cams = listing("bounding_box_test")
+    query, q_ids, q_cams = listing("query")
+    assert -1 in g_ids and 0 in g_ids
+    _check_against_reference(summary, split, features, distances, query,
+                             gallery, q_ids, g_ids, q_cams, g_cams)
+
+    import json
+    with open(tmp_path / "out.json") as f:
+        assert json.load(f)["mAP"] == pytest.approx(summary["mAP"])
+    image = Image.open(tmp_path / "ranks.png")
+    assert image.size == (11 * 72 + 4, 8 * 136)
+
+
+def test_mars_test_mode_pools_tracklets_and_equals_a_reference_loop(
+        mars_dir, spread_checkpoint):
+    summary = evaluation.run_test(MARS, spread_checkpoint, mars_dir,
+                                  "cosine-softmax", batch_size=64)
+    split, features, _ = evaluation.test_features(MARS, spread_checkpoint,
+                                                  mars_dir, 64)
+    _, distances = evaluation.evaluate_split(split, features, "cosine")
+    info = os.path.join(mars_dir, "info")
+    with open(os.path.join(info, "test_name.txt")) as f:
+        names = f.read().split()
+    assert [os.path.basename(f) for f in split.filenames] == names
+    tracks = scipy.io.loadmat(os.path.join(info, "tracks_test_info.mat"))[
+        "track_test_info"].astype(int)
+    query = scipy.io.loadmat(os.path.join(info, "query_IDX.mat"))[
+        "query_IDX"].ravel().astype(int) - 1
+    groups = [range(start - 1, end) for start, end in tracks[:, :2]]
+    assert any(len(g) > 1 for g in groups)
+    _check_against_reference(
+        summary, split, features, distances, [groups[q] for q in query],
+        groups, tracks[query, 2], tracks[:, 2], tracks[query, 3],
+        tracks[:, 3])
+
+
+def test_flip_test_sums_the_features_of_both_orientations(
+        market_dir, market_checkpoint):
+    split, plain, _ = evaluation.test_features(MARKET, market_checkpoint,
+                                               market_dir, 64)
+    _, flipped, _ = evaluation.test_features(MARKET, market_checkpoint,
+                                             market_dir, 64, flip_test=True)
+    mirror = _encode_reference(market_checkpoint, split.filenames[:4])
+    assert np.abs(plain[:4] - mirror).max() < 1e-4
+    images = np.stack([np.asarray(Image.open(f))[:, ::-1]
+                       for f in split.filenames[:4]])
+    from nets.deep_sort import network_definition
+    encoder = network_definition.create_encoder()
+    tf.train.Checkpoint(encoder=encoder).restore(
+        market_checkpoint).expect_partial()
+    mirrored = encoder(images.astype(np.float32) / 255.0,
+                       training=False).numpy()
+    expected = plain[:4] + mirrored
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    assert np.abs(flipped[:4] - expected).max() < 1e-4
+
+
+def test_export_writes_kit_files_in_kit_order(
+        market_dir, mars_dir, market_checkpoint, mars_checkpoint, tmp_path):
+    sdk = tmp_path / "sdk"
+    written = evaluation.export_features(MARKET, market_checkpoint,
+                                         market_dir, str(sdk), batch_size=64)
+    assert sorted(os.path.basename(p) for p in written) == [
+        "feat_query.mat", "feat_test.mat"]
+    gallery = sorted(n for n in os.listdir(os.path.join(
+        market_dir, "bounding_box_test")) if n.endswith(".jpg"))
+    query = sorted(os.listdir(os.path.join(market_dir, "query")))
+    test = scipy.io.loadmat(sdk / "feat_test.mat")["features"]
+    feat_query = scipy.io.loadmat(sdk / "feat_query.mat")["features"]
+    assert test.shape == (len(gallery), 128)
+    assert feat_query.shape == (len(query), 128)
+    rows = [0, len(gallery) // 2, len(gallery) - 1]
+    reference = _encode_reference(market_checkpoint, [os.path.join(
+        market_dir, "bounding_box_test", gallery[r]) for r in rows])
+    assert np.abs(test[rows] - reference).max() < 1e-4
+    assert not list(sdk.glob(".*tmp"))  # no temporary file left behind
+
+    written = evaluation.export_features(MARS, mars_checkpoint, mars_dir,
+                                         str(tmp_path / "mars"), batch_size=64)
+    features = scipy.io.loadmat(written[0])["features"]
+    with open(os.path.join(mars_dir, "info", "test_name.txt")) as f:
+        names = f.read().split()
+    assert features.shape == (len(names), 128)
+    last = os.path.join(mars_dir, "bbox_test", names[-1][:4], names[-1])
+    assert np.abs(features[-1] - _encode_reference(mars_checkpoint,
+                                                   [last])[0]).max() < 1e-4
+
+
+def test_missing_or_foreign_checkpoints_are_clear_errors(
+        market_dir, tmp_path):
+    with pytest.raises(UsageError, match="--restore_path is required"):
+        evaluation.run_test(MARKET, None, market_dir, "triplet")
+    with pytest.raises(UsageError, match="no such checkpoint"):
+        evaluation.run_test(MARKET, str(tmp_path / "nope"), market_dir,
+                            "triplet")
+    foreign = tf.train.Checkpoint(something=tf.Variable(1.0)).save(
+        str(tmp_path / "foreign"))
+    with pytest.raises(UsageError, match="has no encoder"):
+        evaluation.run_test(MARKET, foreign, market_dir, "triplet")

@@ -1,0 +1,180 @@
+"""CMC, mAP and the galleries on hand-made rankings worked out by hand."""
+
+import numpy as np
+import pytest
+
+from cosine_metric_learning import metrics
+
+
+def _ranking_distances(num_queries, orders, num_gallery):
+    """Distances that rank gallery entries in the given order per query."""
+    distances = np.full((num_queries, num_gallery), 100.0)
+    for q, order in enumerate(orders):
+        distances[q, order] = np.arange(len(order), dtype=np.float64)
+    return distances
+
+
+# Gallery (id, camera) shared by the hand-made queries below.
+GALLERY_IDS = np.array([1, 5, 1, 7, 1, -1, 8, 2, 9, 2])
+GALLERY_CAMS = np.array([0, 1, 1, 2, 2, 1, 0, 0, 1, 3])
+
+
+def test_junk_before_first_match_and_several_good_matches():
+    # query id 1, camera 0. Ranked: 0 (id 1 cam 0: junk), 5 (id -1: junk),
+    # 1 (distractor id 5), 2 (good), 3 (id 7), 4 (good), then the rest.
+    distances = _ranking_distances(1, [[0, 5, 1, 2, 3, 4, 6, 7, 8, 9]], 10)
+    result = metrics.evaluate_ranking(distances, [1], GALLERY_IDS, [0],
+                                      GALLERY_CAMS)
+    # junk removed: [id5, good, id7, good, ...] -> first good at rank 2
+    assert result["rank-1"] == 0.0 and result["rank-5"] == 1.0
+    # kit AP: hit 1 at position 2: precision 1/2, previous 0/1;
+    #         hit 2 at position 4: precision 2/4, previous 1/3
+    expected = 0.5 * (0 + 1 / 2) / 2 + 0.5 * (1 / 3 + 2 / 4) / 2
+    assert result["mAP"] == pytest.approx(expected)
+    assert result["mAP_noninterpolated"] == pytest.approx((1 / 2 + 2 / 4) / 2)
+    assert result["num_queries"] == 1
+
+
+def test_first_match_on_top_and_distractor_only_top_ranks():
+    # query A: id 2 cam 0, its good match (entry 9) ranked first.
+    # query B: id 9 cam 0, three distractors then its good match (entry 8).
+    orders = [[9, 0, 1, 2, 3, 4, 5, 6, 7, 8], [1, 3, 6, 8, 0, 2, 4, 5, 7, 9]]
+    distances = _ranking_distances(2, orders, 10)
+    result = metrics.evaluate_ranking(distances, [2, 9], GALLERY_IDS, [0, 0],
+                                      GALLERY_CAMS)
+    # A: entry 7 is id 2 but camera 0 -> junk, never a match
+    ap_a = 1.0 * (1.0 + 1.0) / 2  # previous precision starts at 1
+    ap_b = 1.0 * (0 / 3 + 1 / 4) / 2
+    assert result["mAP"] == pytest.approx((ap_a + ap_b) / 2)
+    assert result["mAP_noninterpolated"] == pytest.approx((1 + 1 / 4) / 2)
+    assert result["rank-1"] == 0.5 and result["rank-5"] == 1.0
+    np.testing.assert_allclose(result["cmc"][:5], [0.5, 0.5, 0.5, 1.0, 1.0])
+
+
+def test_queries_without_good_match_are_left_out():
+    # id 8 is only seen by camera 0, the query's camera
+    distances = _ranking_distances(2, [list(range(10))] * 2, 10)
+    result = metrics.evaluate_ranking(distances, [8, 1], GALLERY_IDS, [0, 0],
+                                      GALLERY_CAMS)
+    assert result["num_queries"] == 1
+    with pytest.raises(ValueError, match="no query has a good match"):
+        metrics.evaluate_ranking(distances[:1], [8], GALLERY_IDS, [0],
+                                 GALLERY_CAMS)
+
+
+def kit_reference(distances, q_ids, g_ids, q_cams, g_cams, ranks):
+    """A straightforward per-query loop after the Market-1501 kit."""
+    cmcs, aps, plain = [], [], []
+    for q in range(len(q_ids)):
+        order = np.argsort(distances[q], kind="stable")
+        good = [g for g in order if g_ids[g] == q_ids[q]
+                and g_cams[g] != q_cams[q] and g_ids[g] != -1]
+        if not good:
+            continue
+        ngood, hits, j, ap, ap_plain = len(good), 0, 0, 0.0, 0.0
+        old_recall, old_precision = 0.0, 1.0
+        cmc = np.zeros(len(order))
+        found = False
+        for g in order:
+            if g_ids[g] == -1 or (g_ids[g] == q_ids[q]
+                                  and g_cams[g] == q_cams[q]):
+                continue
+            is_good = g in good
+            if is_good and not found:
+                cmc[j:] = 1
+                found = True
+            hits += is_good
+            recall, precision = hits / ngood, hits / (j + 1)
+            ap += (recall - old_recall) * (old_precision + precision) / 2
+            if is_good:
+                ap_plain += precision / ngood
+            old_recall, old_precision = recall, precision
+            j += 1
+        cmcs.append(cmc)
+        aps.append(ap)
+        plain.append(ap_plain)
+    cmc = np.mean(cmcs, axis=0)
+    out = {f"rank-{k}": cmc[k - 1] for k in ranks}
+    out.update(mAP=np.mean(aps), mAP_noninterpolated=np.mean(plain),
+               num_queries=len(aps))
+    return out
+
+
+def test_vectorised_protocol_equals_a_per_query_loop_on_random_data():
+    rng = np.random.default_rng(5)
+    q_ids = rng.integers(0, 12, 40)
+    q_cams = rng.integers(0, 4, 40)
+    g_ids = np.concatenate([rng.integers(0, 12, 150), [-1] * 10])
+    g_cams = rng.integers(0, 4, 160)
+    distances = rng.random((40, 160))
+    distances[:, 50] = distances[:, 51]  # ties keep gallery order
+    result = metrics.evaluate_ranking(distances, q_ids, g_ids, q_cams, g_cams,
+                                      chunk_size=7)
+    expected = kit_reference(distances, q_ids, g_ids, q_cams, g_cams,
+                             metrics.RANKS)
+    for key, value in expected.items():
+        assert result[key] == pytest.approx(value), key
+
+
+def test_distance_matrix_against_numpy():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(4, 6)), rng.normal(size=(5, 6))
+    sq = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    np.testing.assert_allclose(metrics.distance_matrix(a, b, "sqeuclidean"),
+                               sq, rtol=1e-4, atol=1e-4)
+    cos = 1 - (a @ b.T) / np.outer(np.linalg.norm(a, axis=1),
+                                   np.linalg.norm(b, axis=1))
+    np.testing.assert_allclose(metrics.distance_matrix(a, b, "cosine"), cos,
+                               atol=1e-5)
+    assert metrics.metric_for_loss("cosine-softmax") == "cosine"
+    assert metrics.metric_for_loss("triplet") == "sqeuclidean"
+
+
+def _reference_gallery(ids, cams, seed):
+    """The single-shot draw, written out from its description."""
+    rng = np.random.RandomState(seed)
+    probes, galleries = [], []
+    for identity in sorted(set(ids.tolist())):
+        mine = [i for i in range(len(ids)) if ids[i] == identity]
+        seen = sorted(set(cams[mine].tolist()))
+        if len(seen) > 1:
+            c1, c2 = rng.choice(seen, 2, replace=False)
+            probes.append(rng.choice([i for i in mine if cams[i] == c1]))
+            galleries.append(rng.choice([i for i in mine if cams[i] == c2]))
+        elif len(mine) > 1:
+            p, g = rng.choice(mine, 2, replace=False)
+            probes.append(p)
+            galleries.append(g)
+    return probes, galleries
+
+
+def test_single_shot_galleries_reproduce_random_state_choices():
+    ids = np.array([3, 3, 3, 8, 8, 11, 4, 4, 4, 4, 9])
+    cams = np.array([0, 1, 1, 2, 2, 0, 0, 3, 5, 5, 1])
+    for seed in (4321, 4322, 4330):
+        probes, galleries = metrics.single_shot_gallery(ids, cams, seed)
+        ref_p, ref_g = _reference_gallery(ids, cams, seed)
+        assert probes.tolist() == ref_p and galleries.tolist() == ref_g
+        # 11 and 9 have one image: skipped; 8 has one camera: two images
+        assert sorted(ids[probes].tolist()) == [3, 4, 8]
+        for p, g in zip(probes, galleries):
+            assert p != g and ids[p] == ids[g]
+            if ids[p] != 8:
+                assert cams[p] != cams[g]
+
+
+def test_validation_cmc_on_hand_made_features():
+    # identities 0..3, two cameras each; features of one identity coincide,
+    # except identity 3, whose images sit far apart (its gallery image is
+    # nearest to identity 2's)
+    ids = np.repeat(np.arange(4), 2)
+    cams = np.tile([0, 1], 4)
+    features = np.array([[1, 0, 0], [1, 0, 0], [0, 1, 0], [0, 1, 0],
+                         [0, 0, 1], [0, 0, 1], [-1, 0, 0], [0, 0.1, 1]],
+                        np.float32)
+    result = metrics.validation_cmc(features, ids, cams, 3, "sqeuclidean")
+    # the probe of identity 3 is image 6 or 7 at random; either way its
+    # match is not the nearest gallery entry: rank-1 = 3/4
+    assert result["Precision@1"] == pytest.approx(0.75)
+    assert result["Precision@20"] == pytest.approx(1.0)
+    assert 0.75 < result["mAP"] < 1.0

@@ -139,48 +139,47 @@ def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
     query_cameras = np.asarray(query_cameras)
     gallery_cameras = np.asarray(gallery_cameras)
     num_gallery = distances.shape[1]
-    cmc = np.zeros(num_gallery)
+    first_hits = np.zeros(num_gallery)
     ap_sum = ap_plain_sum = 0.0
     num_valid = 0
     for start in range(0, len(query_ids), chunk_size):
         rows = slice(start, start + chunk_size)
-        # stable: ties keep gallery order, as MATLAB's sort does
-        order = np.argsort(distances[rows], axis=1, kind="stable")
-        ranked_ids = gallery_ids[order]
-        ranked_cams = gallery_cameras[order]
-        same_id = ranked_ids == query_ids[rows, None]
-        same_cam = ranked_cams == query_cameras[rows, None]
-        junk = (ranked_ids == -1) | (same_id & same_cam)
-        good = same_id & ~same_cam & ~junk
-        num_good = good.sum(axis=1)
-        valid = num_good > 0
-        keep = ~junk
-        # position of every entry in the ranking with junk removed
-        position = np.cumsum(keep, axis=1) - 1
-        hit = good  # good entries are never junk
-        hit_number = np.cumsum(hit, axis=1)  # i for the i-th hit
+        same_id = gallery_ids[None, :] == query_ids[rows, None]
+        same_cam = gallery_cameras[None, :] == query_cameras[rows, None]
+        junk = (gallery_ids == -1)[None, :] | (same_id & same_cam)
+        good = same_id & ~junk
+        # nearest first; ties keep gallery order, as MATLAB's sort does
+        # (top_k documents that the lower index comes first)
+        order = tf.math.top_k(-distances[rows], k=num_gallery).indices.numpy()
+        junk = np.take_along_axis(junk, order, axis=1)
+        good = np.take_along_axis(good, order, axis=1)
 
-        # CMC: first good match at its junk-free position
-        first = np.where(hit, position, num_gallery).min(axis=1)
-        first = first[valid]
-        np.add.at(cmc, first, 1)
+        # every good match ("hit"): its row, its position in the ranking
+        # with junk removed, and i for the i-th hit of its row
+        row, column = np.nonzero(good)  # row-major: hits in rank order
+        junk_before = np.cumsum(junk, axis=1, dtype=np.int32)
+        position = (column - junk_before[row, column]).astype(np.float64)
+        num_good = np.bincount(row, minlength=len(order))
+        row_start = np.concatenate([[0], np.cumsum(num_good)[:-1]])
+        i = np.arange(len(row)) - row_start[row] + 1.0
 
-        # AP, kits' version: each hit adds (1/ngood) * (p_prev + p) / 2
-        # (junk entries before the first kept one have position -1; they
-        # are never hits, the maximum only keeps their terms finite)
-        pos = np.maximum(position, 0).astype(np.float64)
-        precision = hit_number / (pos + 1.0)
-        previous = np.where(pos > 0, (hit_number - 1) / np.maximum(pos, 1.0),
+        # CMC: the first hit of every query with a good match
+        first_hits += np.bincount(position[i == 1].astype(np.int64),
+                                  minlength=num_gallery)
+        # AP, the kits' version: each hit adds (1/ngood) * (p_prev + p) / 2
+        # with p_prev the precision one position up (1 at the top)
+        precision = i / (position + 1.0)
+        previous = np.where(position > 0, (i - 1) / np.maximum(position, 1),
                             1.0)
-        step = hit / np.maximum(num_good, 1)[:, None]
-        ap = np.sum(step * (previous + precision) / 2.0, axis=1)
-        ap_plain = np.sum(step * precision, axis=1)
-        ap_sum += ap[valid].sum()
-        ap_plain_sum += ap_plain[valid].sum()
+        valid = num_good > 0
+        ap = np.bincount(row, (previous + precision) / 2, len(order))
+        ap_plain = np.bincount(row, precision, len(order))
+        ap_sum += np.sum(ap[valid] / num_good[valid])
+        ap_plain_sum += np.sum(ap_plain[valid] / num_good[valid])
         num_valid += int(valid.sum())
     if num_valid == 0:
         raise ValueError("no query has a good match in the gallery")
-    cmc = np.cumsum(cmc) / num_valid
+    cmc = np.cumsum(first_hits) / num_valid
     result = {f"rank-{k}": float(cmc[min(k, num_gallery) - 1]) for k in ranks}
     result.update(mAP=ap_sum / num_valid,
                   mAP_noninterpolated=ap_plain_sum / num_valid,

@@ -276,3 +276,23 @@ def test_missing_or_foreign_checkpoints_are_clear_errors(
         str(tmp_path / "foreign"))
     with pytest.raises(UsageError, match="has no encoder"):
         evaluation.run_test(MARKET, foreign, market_dir, "triplet")
+
+
+def test_evaluator_skips_an_unreadable_checkpoint_and_goes_on(
+        market_dir, market_checkpoint, tmp_path, caplog):
+    import shutil
+    run_dir = tmp_path / "logs" / "run"
+    shutil.copytree(os.path.dirname(market_checkpoint), run_dir)
+    for data in run_dir.glob("ckpt-0.data-*"):
+        data.unlink()  # deleted while listed in the checkpoint state
+    config = evaluation.EvalConfig(
+        dataset_dir=market_dir, log_dir=str(tmp_path / "logs"), run_id="run",
+        eval_log_dir=str(tmp_path / "eval"), batch_size=64,
+        eval_interval_secs=0.05, eval_timeout_secs=2)
+    with caplog.at_level("WARNING"):
+        results = evaluation.evaluate_checkpoints(MARKET, config)
+    assert [step for step, _ in results] == [3]
+    warnings = [r.getMessage() for r in caplog.records]
+    assert sum("Cannot read checkpoint" in w and "ckpt-0" in w
+               for w in warnings) == 3
+    assert any(w.startswith("Skipping") and "ckpt-0" in w for w in warnings)

@@ -10,18 +10,21 @@ from cosine_metric_learning.errors import UsageError, first_line
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 
 
-def resolve_checkpoint(path):
-    """A checkpoint prefix from a prefix or a directory; UsageError if none."""
+def resolve_checkpoint(path, flag="--restore_path"):
+    """A checkpoint prefix from a prefix or a directory; UsageError if none.
+
+    ``flag`` names the setting the path came from, for the message.
+    """
     if path is None:
-        raise UsageError("--restore_path is required: the checkpoint to use")
+        raise UsageError(f"{flag} is required: the checkpoint to use")
     if os.path.isdir(path):
         latest = tf.train.latest_checkpoint(path)
         if latest is None:
-            raise UsageError(f"--restore_path={path}: the directory holds no "
+            raise UsageError(f"{flag}={path}: the directory holds no "
                              "checkpoint")
         return latest
     if not tf.io.gfile.exists(path + ".index"):
-        raise UsageError(f"--restore_path={path}: no such checkpoint "
+        raise UsageError(f"{flag}={path}: no such checkpoint "
                          f"(expected {path}.index)")
     return path
 

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from cosine_metric_learning import checkpoints, evaluation, losses
+from cosine_metric_learning import checkpoints, evaluation, export, losses
 from cosine_metric_learning import queued_trainer
 from cosine_metric_learning.errors import UsageError, first_line
 from datasets import util as dataset_util
@@ -484,6 +484,11 @@ def define_flags(dataset):
                          "mirrored images (sum, re-normalised).")
     flags.DEFINE_string("rank_image", None, "test: draw queries and their "
                         "top 10 gallery entries into this PNG file.")
+    # --mode=freeze, finalize, saved_model
+    flags.DEFINE_string(
+        "output", None, "freeze: the .pb file (default <dataset>.pb); "
+        "finalize: the checkpoint prefix (default <dataset>.ckpt); "
+        "saved_model: the folder (default <dataset>_saved_model).")
 
 
 def config_from_flags():
@@ -548,8 +553,25 @@ def run_mode(dataset):
                 output_dir, batch_size=FLAGS.batch_size):
             print(f"wrote {path}")
         return 0
-    raise UsageError(f"--mode={mode.value} is not available in this "
-                     "version; available: train, eval, test, export")
+    if mode in EXPORTERS:
+        write, default = EXPORTERS[mode]
+        encoder = network_definition.create_encoder(dataset.image_shape)
+        path = checkpoints.resolve_checkpoint(restore_path_from_flags())
+        checkpoints.restore(path, encoder=encoder)
+        output = FLAGS.output or default.format(name=dataset.name)
+        print(f"wrote {write(encoder, output, dataset.image_shape)} "
+              f"(encoder of {path})")
+        return 0
+    raise UsageError(f"--mode={mode.value}: unknown mode")
+
+
+# mode -> (writer(encoder, output, image_shape), default output)
+EXPORTERS = {
+    Mode.FREEZE: (export.freeze, "{name}.pb"),
+    Mode.FINALIZE: (lambda encoder, output, _: export.write_encoder_checkpoint(
+        encoder, output), "{name}.ckpt"),
+    Mode.SAVED_MODEL: (export.write_saved_model, "{name}_saved_model"),
+}
 
 
 def main(dataset):

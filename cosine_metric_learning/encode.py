@@ -1,0 +1,133 @@
+"""Encode image files with a trained or exported encoder.
+
+    python -m cosine_metric_learning.encode --model=mars.pb \
+        --images='crops/*.jpg' --output=features.npy
+
+``--images`` is a folder (its ``.jpg``, ``.jpeg`` and ``.png`` files) or a
+glob pattern. Each image is resized to the model's input size. ``.npy``
+output writes the features and the file names, one per row, to
+``<output stem>.filenames.txt`` beside them; ``.mat`` output holds both
+(keys ``features`` and ``filenames``).
+"""
+
+import glob
+import os
+import sys
+import time
+
+import numpy as np
+import scipy.io
+from absl import app, flags, logging
+from PIL import Image
+
+from cosine_metric_learning import encoder as encoder_lib
+from cosine_metric_learning.errors import UsageError
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+FLAGS = flags.FLAGS
+
+
+def list_images(pattern):
+    """Sorted image files of a folder or a glob pattern."""
+    if os.path.isdir(pattern):
+        files = [os.path.join(pattern, n) for n in os.listdir(pattern)
+                 if n.lower().endswith(IMAGE_EXTENSIONS)]
+    else:
+        files = [f for f in glob.glob(pattern) if os.path.isfile(f)]
+    if not files:
+        raise UsageError(f"--images={pattern}: no image files found "
+                         f"(expected a folder or a glob of "
+                         f"{'/'.join(IMAGE_EXTENSIONS)} files)")
+    return sorted(files)
+
+
+def _read_bgr(path, shape):
+    try:
+        image = Image.open(path).convert("RGB")
+    except OSError as e:
+        raise UsageError(f"cannot read image '{path}': {e}") from e
+    image = image.resize((shape[1], shape[0]), Image.Resampling.BILINEAR)
+    return np.asarray(image)[..., ::-1]
+
+
+def encode_files(encoder, files, batch_size=32, progress_every_secs=5.0):
+    """Features of image files, with a progress line now and then."""
+    features, start, last = [], time.time(), 0.0
+    for i in range(0, len(files), batch_size):
+        batch = np.stack([_read_bgr(f, encoder.image_shape)
+                          for f in files[i:i + batch_size]])
+        features.append(encoder(batch))
+        done = min(i + batch_size, len(files))
+        if time.time() - last >= progress_every_secs or done == len(files):
+            last = time.time()
+            logging.info("encoded %d/%d images (%.1f images/s)", done,
+                         len(files), done / max(last - start, 1e-9))
+    return np.concatenate(features)
+
+
+def write_features(path, features, files):
+    """Write ``.npy`` (+ file names beside it) or ``.mat``; returns paths."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"--output={path}: the folder {directory} does not "
+                         "exist")
+    stem, extension = os.path.splitext(path)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp")
+    try:
+        if extension == ".npy":
+            names = f"{stem}.filenames.txt"
+            with open(tmp, "wb") as f:
+                np.save(f, features)
+            with open(names + ".tmp", "w") as f:
+                f.write("".join(name + "\n" for name in files))
+            os.replace(names + ".tmp", names)
+            os.replace(tmp, path)
+            return [path, names]
+        if extension == ".mat":
+            scipy.io.savemat(tmp, {"features": features,
+                                   "filenames": np.asarray(files,
+                                                           dtype=object)})
+            os.replace(tmp, path)
+            return [path]
+    except OSError as e:
+        for leftover in (tmp, f"{stem}.filenames.txt.tmp"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+        raise UsageError(f"cannot write --output={path}: {e.strerror}") from e
+    raise UsageError(f"--output={path}: expected a .npy or .mat file name")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        if not FLAGS.output.endswith((".npy", ".mat")):
+            raise UsageError(f"--output={FLAGS.output}: expected a .npy or "
+                             ".mat file name")
+        if FLAGS.batch_size < 1:
+            raise UsageError(f"--batch_size={FLAGS.batch_size}: expected an "
+                             "integer >= 1")
+        files = list_images(FLAGS.images)
+        encoder = encoder_lib.load(FLAGS.model, FLAGS.batch_size)
+        features = encode_files(encoder, files, FLAGS.batch_size)
+        for path in write_features(FLAGS.output, features, files):
+            print(f"wrote {path}")
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def define_flags():
+    flags.DEFINE_string("model", None, "A frozen .pb, a SavedModel folder or "
+                        "a checkpoint.", required=True)
+    flags.DEFINE_string("images", None, "A folder or a glob of image files.",
+                        required=True)
+    flags.DEFINE_string("output", None, "features.npy or features.mat.",
+                        required=True)
+    flags.DEFINE_integer("batch_size", 32, "Images per forward pass.")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

@@ -46,15 +46,24 @@ demo: install
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
 		--restore_path=$(DEMO_DIR)/output/cosine-softmax \
 		--output_json=$(DEMO_DIR)/test.json --rank_image=$(DEMO_DIR)/ranks.png
+	$(PY) train_market1501.py --mode=freeze \
+		--restore_path=$(DEMO_DIR)/output/cosine-softmax \
+		--output=$(DEMO_DIR)/market1501.pb
+	$(PY) examples/box_encoder.py --model=$(DEMO_DIR)/market1501.pb \
+		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic
 	@echo
 	@echo "Synthetic dataset:  $(DEMO_DIR)/Market-1501-synthetic"
 	@echo "Checkpoints:        $(DEMO_DIR)/output/cosine-softmax/"
 	@echo "Test numbers:       $(DEMO_DIR)/test.json"
 	@echo "Ranked retrieval:   $(DEMO_DIR)/ranks.png"
+	@echo "Deep SORT encoder:  $(DEMO_DIR)/market1501.pb"
 	@echo "TensorBoard:        $(VENV)/bin/tensorboard --logdir_spec train:$(DEMO_DIR)/output,eval:$(DEMO_DIR)/eval"
+	@echo "In Deep SORT:       python tools/generate_detections.py --model=$(abspath $(DEMO_DIR))/market1501.pb --mot_dir=./MOT16/train --output_dir=./resources/detections/MOT16_train"
 
 benchmark: install
 	$(PY) benchmarks/input_pipeline.py
+	$(PY) benchmarks/metrics.py
+	$(PY) benchmarks/encoder.py
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache

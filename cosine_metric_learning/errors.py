@@ -1,11 +1,22 @@
-"""The error a user can cause and fix: bad flags, bad dataset layout."""
+"""The errors a user sees as one line: bad input, and training that cannot
+go on."""
+
+import re
 
 
 class UsageError(ValueError):
     """Bad input from the user; the entry points print it as one line."""
 
 
+class TrainingError(RuntimeError):
+    """Training cannot go on (non-finite loss, too many unreadable images,
+    a checkpoint that cannot be saved); printed as one line."""
+
+
 def first_line(error):
-    """The first line of an exception's message (TF errors run long)."""
+    """The first line of an exception's message, without TensorFlow's
+    ``{{function_node ...}}`` prefix and ``[Op:...]`` suffix."""
     text = (getattr(error, "message", None) or str(error)).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    text = text.splitlines()[0] if text else type(error).__name__
+    return re.sub(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]$", "",
+                  text)

@@ -235,8 +235,8 @@ def _write_scalars(writer, step, values):
 def test_features(dataset, restore_path, dataset_dir, batch_size,
                   flip_test=False):
     """Encode the test split; returns ``(split, image features, path)``."""
-    path = checkpoints.resolve_checkpoint(restore_path)
     split = dataset.read_test(dataset_dir)
+    path = checkpoints.resolve_checkpoint(restore_path)
     encoder = network_definition.create_encoder(dataset.image_shape)
     checkpoints.restore(path, encoder=encoder)
     encode = make_encode_fn(encoder, dataset.image_shape, batch_size,

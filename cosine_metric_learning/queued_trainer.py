@@ -18,7 +18,8 @@ import tensorflow as tf
 from absl import logging
 
 from cosine_metric_learning import preprocessing
-from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning.errors import TrainingError, UsageError
+from cosine_metric_learning.errors import first_line
 
 DEFAULT_CAPACITY = 512
 DEFAULT_NUM_THREADS = 4
@@ -26,6 +27,10 @@ DEFAULT_NUM_THREADS = 4
 
 class ProducerError(RuntimeError):
     """A producer thread failed; raised in the thread that consumes."""
+
+
+class UnreadableDataError(ProducerError, TrainingError):
+    """More training images are unreadable than the run allows."""
 
 
 class ThreadSafeIterator:
@@ -51,14 +56,16 @@ def _check_batch_size(batch_size):
 
 
 def random_sample_identities_forever(batch_size, num_samples_per_id, data_x,
-                                     data_y, seed=None):
+                                     data_y, seed=None, exclude=()):
     """A generator of identity-balanced batches ``(x, y)``, forever.
 
     Each batch holds ``batch_size // num_samples_per_id`` distinct
     identities with ``num_samples_per_id`` images each, drawn without
     replacement. An identity with fewer images contributes all it has and
     the batch is filled up with further identities, so every batch holds
-    exactly ``batch_size`` real samples.
+    exactly ``batch_size`` real samples. Inputs found in ``exclude`` (a
+    container that may grow while the generator runs, e.g. the unreadable
+    files a :class:`QueuedTrainer` found) are not drawn.
 
     Raises
     ------
@@ -91,6 +98,9 @@ def random_sample_identities_forever(batch_size, num_samples_per_id, data_x,
             batch = []
             for identity in rng.permutation(len(unique_ids)):
                 candidates = indices_of[identity]
+                if exclude:
+                    candidates = [i for i in candidates
+                                  if data_x[i] not in exclude]
                 take = min(num_samples_per_id, len(candidates),
                            batch_size - len(batch))
                 batch.extend(rng.choice(candidates, take, replace=False))
@@ -193,6 +203,14 @@ class QueuedTrainer:
         Queue capacity in images.
     input_spec : tf.TensorSpec or None
         Signature of one batch of inputs; default: a vector of file names.
+    max_unreadable : int or None
+        With file name inputs: how many unreadable files to skip (each is
+        logged once and replaced in its batch by another image of the same
+        identity) before failing with :class:`UnreadableDataError`. None
+        fails on the first one.
+    unreadable : set or None
+        Where skipped files are collected; share it with the feed
+        generator's ``exclude`` so it stops drawing them.
 
     Use as a context manager around the training loop: entering starts the
     producers, leaving stops them. Inside a ``tf.function``,
@@ -201,7 +219,7 @@ class QueuedTrainer:
 
     def __init__(self, feed_generator, image_shape, training=True,
                  num_threads=DEFAULT_NUM_THREADS, capacity=DEFAULT_CAPACITY,
-                 input_spec=None):
+                 input_spec=None, max_unreadable=None, unreadable=None):
         if num_threads < 1:
             raise UsageError(f"num_enqueue_threads={num_threads}: expected "
                              "at least 1")
@@ -231,6 +249,9 @@ class QueuedTrainer:
         self._lock = threading.Lock()
         self._error = None
         self._num_finished = 0
+        self.max_unreadable = max_unreadable
+        self.unreadable = set() if unreadable is None else unreadable
+        self.num_enqueued = 0  # elements; for accounting and the load test
 
     # -- consumer side --
 
@@ -246,8 +267,8 @@ class QueuedTrainer:
     def raise_if_failed(self):
         """Raise the first producer failure, if any, in the calling thread."""
         if self._error is not None:
-            message, cause = self._error
-            raise ProducerError(message) from cause
+            error_class, message, cause = self._error
+            raise error_class(message) from cause
 
     # -- lifecycle --
 
@@ -299,16 +320,10 @@ class QueuedTrainer:
                     self._fail(f"producer-{index}: the feed generator raised "
                                f"{type(e).__name__}: {e}", e)
                     return
-                try:
-                    self._enqueue(inputs, np.asarray(labels, np.int64))
-                except tf.errors.CancelledError:
-                    return  # the queue was closed: we are stopping
-                except Exception as e:
-                    if self._stop.is_set():
-                        return
-                    self._fail(f"producer-{index}: "
-                               f"{self._describe_failure(inputs, e)}", e)
-                    return
+                labels = np.asarray(labels, np.int64)
+                while inputs is not None and not self._enqueued(
+                        index, inputs, labels):
+                    inputs = self._replace_unreadable(index, inputs, labels)
         finally:
             with self._lock:
                 self._num_finished += 1
@@ -318,24 +333,77 @@ class QueuedTrainer:
                 # what is left, then get OutOfRangeError.
                 self._close(cancel=self._error is not None)
 
-    def _describe_failure(self, inputs, error):
-        """Name the input of a failed batch that fails on its own."""
-        inputs = np.asarray(inputs)
+    def _enqueued(self, index, inputs, labels):
+        """Enqueue a batch: True when done with it (enqueued, or stopping),
+        False when an input could not be read."""
+        try:
+            self._enqueue(inputs, labels)
+        except tf.errors.CancelledError:
+            self._stop.set()  # the queue was closed: we are stopping
+            return True
+        except tf.errors.InvalidArgumentError:
+            return self._stop.is_set()
+        except Exception as e:
+            if not self._stop.is_set():
+                self._fail(f"producer-{index}: failed on a batch of "
+                           f"{len(labels)} inputs: {first_line(e)}", e)
+            return True
+        with self._lock:
+            self.num_enqueued += len(labels)
+        return True
+
+    def _replace_unreadable(self, index, inputs, labels):
+        """The batch with its unreadable files replaced by other images of
+        the same identity; None to drop it (stopping, or nothing to fill a
+        hole with)."""
+        inputs = np.array(inputs)
+        bad = {}
         if inputs.dtype.kind in "SUO":
-            for item in inputs:
+            for j, item in enumerate(inputs):
                 try:
                     self._load_one(tf.constant([item]))
-                except Exception as item_error:
-                    name = item.decode() if isinstance(item, bytes) else item
-                    return (f"cannot load '{name}': "
-                            f"{first_line(item_error)}")
-        return (f"failed on a batch of {len(inputs)} inputs: "
-                f"{first_line(error)}")
+                except Exception as e:
+                    bad[j] = e
+        if not bad:  # it fails as a whole only: not one file's fault
+            self._fail(f"producer-{index}: failed on a batch of "
+                       f"{len(inputs)} inputs", None)
+            return None
+        for j, error in bad.items():
+            name = _text(inputs[j])
+            if self.max_unreadable is None:
+                self._fail(f"producer-{index}: cannot load '{name}': "
+                           f"{first_line(error)}", error)
+                return None
+            with self._lock:
+                new = name not in self.unreadable
+                self.unreadable.add(name)
+                count = len(self.unreadable)
+            if new:
+                logging.warning("Skipping unreadable image '%s': %s", name,
+                                first_line(error))
+            if count > self.max_unreadable:
+                examples = ", ".join(f"'{n}'" for n in
+                                     sorted(self.unreadable)[:3])
+                self._fail(f"{count} training images are unreadable, more "
+                           f"than the {self.max_unreadable} allowed; e.g. "
+                           f"{examples}", error, UnreadableDataError)
+                return None
+        readable = [k for k in range(len(inputs)) if k not in bad]
+        for j in bad:
+            same = [k for k in readable if labels[k] == labels[j]]
+            if not same:
+                return None  # nothing to fill it with: take the next batch
+            inputs[j] = inputs[same[j % len(same)]]
+        return inputs
 
-    def _fail(self, message, cause):
+    def _fail(self, message, cause, error_class=ProducerError):
         with self._lock:
             if self._error is None:
-                self._error = (message, cause)
+                self._error = (error_class, message, cause)
         logging.error("%s; stopping the input pipeline", message)
         self._stop.set()
         self._close(cancel=True)
+
+
+def _text(item):
+    return item.decode() if isinstance(item, bytes) else str(item)

@@ -21,7 +21,8 @@ from absl import app, flags, logging
 
 from cosine_metric_learning import checkpoints, evaluation, export, losses
 from cosine_metric_learning import queued_trainer
-from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning.errors import TrainingError, UsageError
+from cosine_metric_learning.errors import first_line
 from datasets import util as dataset_util
 from nets.deep_sort import network_definition
 
@@ -75,6 +76,7 @@ class TrainConfig:
     save_interval_secs: float = 300.0
     save_summaries_secs: float = 60.0
     log_interval_secs: float = 10.0
+    max_unreadable_fraction: float = 0.01
 
     def validate(self):
         """Raise a UsageError naming the first setting out of range."""
@@ -92,6 +94,10 @@ class TrainConfig:
             value = getattr(self, name)
             if not value > 0:
                 raise UsageError(f"--{name}={value}: expected a number > 0")
+        if not 0.0 <= self.max_unreadable_fraction < 1.0:
+            raise UsageError(f"--max_unreadable_fraction="
+                             f"{self.max_unreadable_fraction}: expected a "
+                             "number in [0, 1)")
         if self.number_of_steps is not None and self.number_of_steps < 1:
             raise UsageError(f"--number_of_steps={self.number_of_steps}: "
                              "expected an integer >= 1 (or leave it unset "
@@ -138,6 +144,14 @@ class TrainingModel:
         variables = list(self.encoder.trainable_variables)
         if self.classifier is not None:
             variables += self.classifier.trainable_variables
+        return variables
+
+    @property
+    def variables(self):
+        """All weights, batch-norm statistics included."""
+        variables = list(self.encoder.variables)
+        if self.classifier is not None:
+            variables += self.classifier.variables
         return variables
 
     def weight_loss(self):
@@ -220,15 +234,12 @@ def warm_start(model, path, restore_classifier):
 
 # Summaries ------------------------------------------------------------------
 
-def write_summaries(writer, step, result, learning_rate, queue_fill,
-                    images_per_second, conv1_1_kernel):
-    """Write the scalars, input images, filters and activation histograms."""
+def write_summaries(writer, step, result, scalars, conv1_1_kernel):
+    """Write the step's and the loop's scalars, input images, filters and
+    activation histograms."""
     with writer.as_default(step=step):
-        for name, value in result["scalars"].items():
+        for name, value in {**result["scalars"], **scalars}.items():
             tf.summary.scalar(name, value)
-        tf.summary.scalar("learning_rate", learning_rate)
-        tf.summary.scalar("queue/fill_fraction", queue_fill)
-        tf.summary.scalar("performance/images_per_second", images_per_second)
         tf.summary.image("input_batch", result["images"], max_outputs=8)
         kernel = tf.transpose(conv1_1_kernel, [3, 0, 1, 2])  # (32, 3, 3, 3)
         low = tf.reduce_min(kernel)
@@ -314,8 +325,10 @@ def train(dataset, config):
     """
     config.validate()
     filenames, ids = read_training_data(dataset, config)
+    unreadable = set()  # filled by the producers, skipped by the sampler
     feed = queued_trainer.random_sample_identities_forever(
-        config.batch_size, config.images_per_id, filenames, ids)
+        config.batch_size, config.images_per_id, filenames, ids,
+        exclude=unreadable)
     try:
         os.makedirs(config.run_dir, exist_ok=True)
     except OSError as e:
@@ -328,7 +341,8 @@ def train(dataset, config):
     trainer = queued_trainer.QueuedTrainer(
         feed, dataset.image_shape, training=True,
         num_threads=config.num_enqueue_threads,
-        capacity=config.queue_capacity)
+        capacity=config.queue_capacity, unreadable=unreadable,
+        max_unreadable=int(config.max_unreadable_fraction * len(filenames)))
     model = create_model(dataset, config.loss_mode)
     optimizer = create_optimizer(config.learning_rate)
     optimizer.build(model.trainable_variables)
@@ -364,7 +378,19 @@ def train(dataset, config):
                 and int(step) >= config.number_of_steps)
 
     def save(reason):
-        path = manager.save(checkpoint_number=int(step))
+        current = int(step)
+        if not all(np.all(np.isfinite(v.numpy())) for v in model.variables):
+            raise TrainingError(
+                f"the weights are not finite at step {current}: not saving "
+                f"them; the last checkpoint {last_path} is kept")
+        try:
+            path = manager.save(checkpoint_number=current)
+        except (OSError, tf.errors.OpError) as e:
+            _remove_partial_checkpoint(config.run_dir, current)
+            raise TrainingError(
+                f"cannot save a checkpoint in {config.run_dir}: "
+                f"{first_line(e)}; the last checkpoint {last_path} is "
+                "intact") from e
         logging.info("Saved checkpoint %s (%s)", path, reason)
         return path
 
@@ -387,6 +413,9 @@ def train(dataset, config):
                 break
             now = time.time()
             current = int(step)
+            if not np.isfinite(float(result["scalars"]["losses/total_loss"])):
+                raise TrainingError(_non_finite_message(
+                    current, result["scalars"], last_path))
             finished = done()
             if first or finished or now - last_log >= config.log_interval_secs:
                 scalars = {k: float(v) for k, v in result["scalars"].items()}
@@ -395,9 +424,13 @@ def train(dataset, config):
                 _log_progress(config, current, scalars, rate, queue_fill)
                 if first or finished or \
                         now - last_summary >= config.save_summaries_secs:
-                    write_summaries(writer, current, result,
-                                    config.learning_rate, queue_fill,
-                                    rate * config.batch_size, conv1_1_kernel)
+                    write_summaries(writer, current, result, {
+                        "learning_rate": config.learning_rate,
+                        "queue/fill_fraction": queue_fill,
+                        "performance/images_per_second":
+                            rate * config.batch_size,
+                        "input/unreadable_images": len(unreadable)},
+                        conv1_1_kernel)
                     last_summary = now
                 last_log, log_step = now, current
             if now - last_save >= config.save_interval_secs:
@@ -410,6 +443,27 @@ def train(dataset, config):
             last_path = save(reason)
     writer.close()
     return TrainResult(int(step), last_path, stop.received)
+
+
+def _non_finite_message(step, scalars, last_path):
+    terms = ", ".join(f"{name[len('losses/'):]}={float(value):.4g}"
+                      for name, value in sorted(scalars.items())
+                      if name.startswith("losses/"))
+    return (f"the loss is not finite at step {step} ({terms}); stopping "
+            f"without saving: the last checkpoint {last_path} is kept. A "
+            "lower --learning_rate may help")
+
+
+def _remove_partial_checkpoint(run_dir, step):
+    """Remove what a failed save of ``ckpt-<step>`` left behind."""
+    prefix = os.path.join(run_dir, f"ckpt-{step}")
+    for path in tf.io.gfile.glob(prefix + "*"):
+        if path == prefix + ".index" or path.startswith(
+                (prefix + ".", prefix + "_temp")):
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            else:
+                tf.io.gfile.remove(path)
 
 
 def _log_progress(config, step, scalars, steps_per_second, queue_fill):
@@ -468,6 +522,9 @@ def define_flags(dataset):
                        "Seconds between TensorBoard summaries.")
     flags.DEFINE_float("log_interval_secs", 10.0,
                        "Seconds between progress log lines.")
+    flags.DEFINE_float("max_unreadable_fraction", 0.01,
+                       "Skip unreadable training images up to this fraction "
+                       "of them; more stops the run.")
     # --mode=eval
     flags.DEFINE_float("eval_interval_secs", 60.0,
                        "eval: seconds between polls for a new checkpoint.")
@@ -504,7 +561,8 @@ def config_from_flags():
         queue_capacity=FLAGS.queue_capacity,
         save_interval_secs=FLAGS.save_interval_secs,
         save_summaries_secs=FLAGS.save_summaries_secs,
-        log_interval_secs=FLAGS.log_interval_secs)
+        log_interval_secs=FLAGS.log_interval_secs,
+        max_unreadable_fraction=FLAGS.max_unreadable_fraction)
 
 
 def restore_path_from_flags():
@@ -586,5 +644,8 @@ def main(dataset):
         except UsageError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+        except TrainingError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
 
     app.run(_main)

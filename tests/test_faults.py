@@ -1,0 +1,310 @@
+"""Faults injected for real: signals, kills, bad files, NaN, full disks."""
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
+
+from cosine_metric_learning import queued_trainer, train_app
+from cosine_metric_learning.errors import TrainingError
+from tests.conftest import ROOT, run_script
+from train_market1501 import DATASET as MARKET
+
+pytestmark = pytest.mark.slow
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+
+
+def _config(dataset_dir, log_dir, **kwargs):
+    settings = dict(batch_size=16, images_per_id=4, number_of_steps=2,
+                    num_enqueue_threads=2, queue_capacity=64,
+                    save_summaries_secs=3600, log_interval_secs=3600,
+                    loss_mode="triplet")
+    settings.update(kwargs)
+    return train_app.TrainConfig(dataset_dir=dataset_dir, log_dir=str(log_dir),
+                                 run_id="run", **settings)
+
+
+def _train_args(dataset_dir, log_dir, *extra):
+    return [sys.executable, "train_market1501.py", f"--dataset_dir={dataset_dir}",
+            f"--log_dir={log_dir}", "--run_id=run", "--batch_size=16",
+            "--loss_mode=triplet", "--log_interval_secs=0.01", *extra]
+
+
+class _Process:
+    """A training process whose stderr is read as it comes."""
+
+    def __init__(self, args):
+        self.lines = []
+        self.process = subprocess.Popen(args, cwd=ROOT, env=ENV, text=True,
+                                        stderr=subprocess.PIPE,
+                                        stdout=subprocess.DEVNULL)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.process.stderr:
+            self.lines.append(line)
+
+    def wait_for(self, text, timeout=180):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if any(text in line for line in self.lines):
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"no '{text}' in:\n" + "".join(self.lines[-30:]))
+
+    def text(self):
+        self._reader.join(10)
+        return "".join(self.lines)
+
+
+def _step_of(checkpoint):
+    return int(tf.train.load_checkpoint(checkpoint).get_tensor(
+        "step/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_saves_the_current_step_and_the_rerun_continues(
+        market_dir, tmp_path, signum):
+    run = _Process(_train_args(market_dir, tmp_path))
+    try:
+        run.wait_for(" step 2")
+        run.process.send_signal(signum)
+        assert run.process.wait(30) == 128 + signum
+    finally:
+        run.process.kill()
+    checkpoint = tf.train.latest_checkpoint(tmp_path / "run")
+    step = _step_of(checkpoint)
+    assert step >= 2 and checkpoint.endswith(f"ckpt-{step}")
+    name = signal.Signals(signum).name
+    assert f"Stopped by {name} at step {step}" in run.text()
+    assert _producers_gone(run.text())
+
+    result = run_script("train_market1501.py", *_train_args(
+        market_dir, tmp_path, f"--number_of_steps={step + 1}")[2:])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"(step {step})" in result.stderr
+
+
+def _producers_gone(log):
+    return "did not stop within" not in log
+
+
+def test_sigkill_loses_at_most_an_interval_and_no_partial_checkpoint(
+        market_dir, tmp_path):
+    run = _Process(_train_args(market_dir, tmp_path,
+                               "--save_interval_secs=0.5"))
+    try:
+        run.wait_for("(interval)")
+        run.process.kill()  # SIGKILL: no handler runs
+        run.process.wait(30)
+    finally:
+        run.process.kill()
+    latest = tf.train.latest_checkpoint(tmp_path / "run")
+    step = _step_of(latest)
+    # a half-written checkpoint: files without an entry in the state file
+    for suffix in (".index", ".data-00000-of-00001"):
+        (tmp_path / "run" / f"ckpt-99999{suffix}").write_bytes(b"\0" * 100)
+    (tmp_path / "run" / "ckpt-99998_temp").mkdir()
+
+    result = run_script("train_market1501.py", *_train_args(
+        market_dir, tmp_path, f"--number_of_steps={step + 1}")[2:])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"Continuing {tmp_path / 'run'} from {latest} (step {step})" \
+        in result.stderr
+    assert _step_of(tf.train.latest_checkpoint(tmp_path / "run")) == step + 1
+
+
+def _corrupt_dataset(market_dir, tmp_path, num_bad):
+    """A copy of the dataset with ``num_bad`` images of its largest
+    training identity truncated or replaced by text."""
+    data = tmp_path / "data"
+    shutil.copytree(market_dir, data)
+    train = data / "bounding_box_train"
+    names = sorted(n for n in os.listdir(train) if n.endswith(".jpg"))
+    ids = [n[:4] for n in names]
+    largest = max(set(ids), key=ids.count)
+    assert ids.count(largest) > num_bad
+    bad = [n for n in names if n.startswith(largest)][:num_bad]
+    for k, name in enumerate(bad):
+        path = train / name
+        if k % 2:
+            path.write_text("this is not an image")
+        else:
+            path.write_bytes(path.read_bytes()[:200])  # truncated JPEG
+    return str(data), [str(train / n) for n in bad], largest
+
+
+def test_unreadable_images_are_skipped_once_and_counted(
+        market_dir, tmp_path, caplog):
+    data, bad, identity = _corrupt_dataset(market_dir, tmp_path, 3)
+    # 36 identities x 4 = 144: every batch draws from the damaged identity
+    config = _config(data, tmp_path, batch_size=144, queue_capacity=288,
+                     number_of_steps=2, max_unreadable_fraction=0.05,
+                     save_summaries_secs=1e-6, log_interval_secs=1e-6)
+    with caplog.at_level("WARNING"):
+        result = train_app.train(MARKET, config)
+    assert result.step == 2
+    skipped = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("Skipping unreadable image")]
+    assert len(skipped) == len(set(skipped)) >= 1  # each path once
+    assert all(any(path in m for path in bad) for m in skipped)
+    acc = event_accumulator.EventAccumulator(
+        config.run_dir, size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    counts = [float(tf.make_ndarray(e.tensor_proto))
+              for e in acc.Tensors("input/unreadable_images")]
+    assert counts[-1] == len(skipped)
+
+
+def test_too_many_unreadable_images_stop_the_run_naming_them(
+        market_dir, tmp_path):
+    data, bad, _ = _corrupt_dataset(market_dir, tmp_path, 4)
+    result = run_script("train_market1501.py", *_train_args(
+        data, tmp_path, "--batch_size=144", "--queue_capacity=288",
+        "--max_unreadable_fraction=0.001", "--number_of_steps=3")[2:])
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1 and "training images are unreadable" in errors[0]
+    assert "more than the 0 allowed" in errors[0]
+    assert any(os.path.basename(p) in errors[0] for p in bad)
+
+
+def test_non_finite_loss_stops_without_saving_it(market_dir, tmp_path):
+    config = _config(market_dir, tmp_path, learning_rate=1e30,
+                     number_of_steps=20)
+    with pytest.raises(TrainingError, match=r"the loss is not finite at step "
+                       r"\d+ \(.*triplet_loss=.*weight_loss=") as info:
+        train_app.train(MARKET, config)
+    assert "the last checkpoint" in str(info.value)
+    for path in tf.train.get_checkpoint_state(
+            config.run_dir).all_model_checkpoint_paths:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            value = reader.get_tensor(name)
+            if np.issubdtype(np.asarray(value).dtype, np.floating):
+                assert np.all(np.isfinite(value)), (path, name)
+
+
+def _file_size_limit(megabytes):
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead
+        limit = megabytes * 2 ** 20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_full_disk_when_saving_keeps_the_previous_checkpoint(
+        market_dir, tmp_path):
+    first = run_script("train_market1501.py", *_train_args(
+        market_dir, tmp_path, "--number_of_steps=1")[2:])
+    assert first.returncode == 0, first.stderr[-2000:]
+    previous = tf.train.latest_checkpoint(tmp_path / "run")
+    size = os.path.getsize(previous + ".data-00000-of-00001")
+    # a checkpoint is 33 MB: a 5 MB file size limit makes the next save fail
+    result = subprocess.run(
+        _train_args(market_dir, tmp_path, "--number_of_steps=2"), cwd=ROOT,
+        env=ENV, capture_output=True, text=True, timeout=300,
+        preexec_fn=_file_size_limit(5))
+    assert result.returncode == 1, result.stderr[-2000:]
+    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1 and "cannot save a checkpoint" in errors[0]
+    assert f"the last checkpoint {previous} is intact" in errors[0]
+    assert "Traceback" not in result.stderr
+    assert tf.train.latest_checkpoint(tmp_path / "run") == previous
+    assert os.path.getsize(previous + ".data-00000-of-00001") == size
+    assert sorted(os.listdir(tmp_path / "run")) == sorted(
+        [f for f in os.listdir(tmp_path / "run") if "ckpt-2" not in f])
+    assert _step_of(previous) == 1
+
+
+def test_unwritable_log_dir_is_a_clear_error_at_start(market_dir, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file, not a folder")
+    result = run_script("train_market1501.py", *_train_args(
+        market_dir, blocker / "logs")[2:])
+    assert result.returncode == 2
+    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1 and "cannot create" in errors[0]
+    assert str(blocker) in errors[0]
+
+
+def test_wrong_layouts_name_the_missing_path(market_dir, mars_dir, tmp_path):
+    market = tmp_path / "market"
+    shutil.copytree(market_dir, market)
+    shutil.rmtree(market / "query")
+    result = run_script("train_market1501.py", "--mode=test",
+                        f"--dataset_dir={market}",
+                        f"--restore_path={tmp_path}")
+    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1
+    assert str(market / "query") in errors[0]
+    assert "Market-1501 layout" in errors[0]
+    mars = tmp_path / "mars"
+    shutil.copytree(mars_dir, mars)
+    os.remove(mars / "info" / "tracks_test_info.mat")
+    os.remove(mars / "info" / "train_name.txt")
+    result = run_script("train_mars.py", f"--dataset_dir={mars}",
+                        f"--log_dir={tmp_path / 'logs'}")
+    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1
+    assert os.path.join("info", "train_name.txt") in errors[0]
+    assert "MARS evaluation kit layout" in errors[0]
+
+
+def _rss_mb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+
+
+def test_queue_load_eight_producers_no_deadlock_no_leak():
+    shape = (8, 4, 3)
+    produced = []
+    lock = threading.Lock()
+
+    def batches():
+        for b in range(10 ** 9):
+            labels = np.arange(b * 16, (b + 1) * 16)
+            with lock:
+                produced.append(b)
+            yield np.zeros((16,) + shape, np.uint8), labels
+
+    trainer = queued_trainer.QueuedTrainer(
+        batches(), shape, training=False, num_threads=8, capacity=64,
+        input_spec=tf.TensorSpec((None,) + shape, tf.uint8))
+    dequeue = tf.function(lambda: trainer.dequeue(16))
+    seen = set()
+    start = time.time()
+    with trainer:
+        for step in range(2000):
+            if step == 200:
+                rss_start = _rss_mb()
+            _, labels = dequeue()
+            labels = labels.numpy()
+            assert not seen.intersection(labels.tolist())  # no duplicates
+            seen.update(labels.tolist())
+        rss_end = _rss_mb()
+    left = trainer.size()
+    assert time.time() - start < 300
+    assert [t for t in threading.enumerate()
+            if t.name.startswith("producer-")] == []
+    # every enqueued element was dequeued or is still in the closed queue;
+    # batches taken from the generator but never enqueued were cancelled
+    assert trainer.num_enqueued == len(seen) + left
+    assert trainer.num_enqueued % 16 == 0
+    assert len(produced) >= trainer.num_enqueued // 16
+    assert rss_end - rss_start < 100, (rss_start, rss_end)

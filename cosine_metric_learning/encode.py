@@ -22,6 +22,7 @@ from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning.errors import UsageError
+from datasets import image_folder
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 FLAGS = flags.FLAGS
@@ -108,7 +109,9 @@ def main(argv):
             raise UsageError(f"--batch_size={FLAGS.batch_size}: expected an "
                              "integer >= 1")
         files = list_images(FLAGS.images)
-        encoder = encoder_lib.load(FLAGS.model, FLAGS.batch_size)
+        encoder = encoder_lib.load(
+            FLAGS.model, FLAGS.batch_size,
+            image_folder.parse_image_shape(FLAGS.image_shape))
         features = encode_files(encoder, files, FLAGS.batch_size)
         for path in write_features(FLAGS.output, features, files):
             print(f"wrote {path}")
@@ -126,6 +129,9 @@ def define_flags():
     flags.DEFINE_string("output", None, "features.npy or features.mat.",
                         required=True)
     flags.DEFINE_integer("batch_size", 32, "Images per forward pass.")
+    flags.DEFINE_string("image_shape", "128,64", "HEIGHT,WIDTH of the "
+                        "network input, for checkpoints (exported models "
+                        "carry theirs).")
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ class Encoder:
             for i in range(0, len(patches), size)])
 
 
-def load(path, batch_size=32):
+def load(path, batch_size=32, image_shape=network_definition.IMAGE_SHAPE):
     """Load an exported or trained encoder.
 
     Parameters
@@ -64,7 +64,11 @@ def load(path, batch_size=32):
     path : str
         A frozen graph ``.pb`` file (``images`` -> ``features``), a
         SavedModel folder, a checkpoint prefix or a folder of checkpoints
-        (the latest is used; the network must be the 128x64 one).
+        (the latest is used).
+    batch_size : int
+    image_shape : tuple
+        For checkpoints: the input shape the network was trained with
+        (exported models carry theirs).
 
     Returns
     -------
@@ -76,11 +80,10 @@ def load(path, batch_size=32):
     if os.path.isdir(path) and tf.saved_model.contains_saved_model(path):
         return _load_saved_model(path, batch_size)
     prefix = checkpoints.resolve_checkpoint(path, flag="--model")
-    encoder = network_definition.create_encoder()
+    encoder = network_definition.create_encoder(tuple(image_shape))
     checkpoints.restore(prefix, encoder=encoder)
-    shape = network_definition.IMAGE_SHAPE
-    return Encoder(export.inference_function(encoder, shape), shape,
-                   encoder.output_shape[-1], batch_size)
+    return Encoder(export.inference_function(encoder, image_shape),
+                   image_shape, encoder.output_shape[-1], batch_size)
 
 
 def _load_frozen_graph(path, batch_size):

@@ -23,6 +23,7 @@ from cosine_metric_learning import checkpoints, evaluation, export, losses
 from cosine_metric_learning import queued_trainer
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import first_line
+from datasets import image_folder
 from datasets import util as dataset_util
 from nets.deep_sort import network_definition
 
@@ -56,6 +57,7 @@ class DatasetSpec:
     default_sdk_dir: Optional[str] = None
     num_validation_galleries: int = 10
     image_shape: Tuple[int, int, int] = network_definition.IMAGE_SHAPE
+    label_names: Optional[list] = None  # saved as labels.json when set
 
 
 @dataclasses.dataclass
@@ -337,6 +339,12 @@ def train(dataset, config):
     if not os.access(config.run_dir, os.W_OK):
         raise UsageError(f"--log_dir={config.log_dir}: {config.run_dir} is "
                          "not writable")
+    if dataset.label_names is not None:
+        path = image_folder.write_label_map(config.run_dir,
+                                            dataset.label_names,
+                                            config.dataset_dir)
+        logging.info("Label numbering of the %d identities: %s",
+                     len(dataset.label_names), path)
 
     trainer = queued_trainer.QueuedTrainer(
         feed, dataset.image_shape, training=True,
@@ -596,6 +604,10 @@ def run_mode(dataset):
             eval_timeout_secs=FLAGS.eval_timeout_secs,
             number_of_steps=FLAGS.number_of_steps))
         return 0
+    if mode in (Mode.TEST, Mode.EXPORT) and dataset.read_test is None:
+        raise UsageError(f"--mode={mode.value}: {dataset.name} data has no "
+                         "standard test split; --mode=eval gives validation "
+                         "numbers")
     if mode is Mode.TEST:
         evaluation.run_test(
             dataset, restore_path_from_flags(), FLAGS.dataset_dir,
@@ -632,15 +644,24 @@ EXPORTERS = {
 }
 
 
-def main(dataset):
-    """Entry point: define flags, parse, run; user errors become one line."""
+def main(dataset, make_dataset=None, extra_flags=None):
+    """Entry point: define flags, parse, run; user errors become one line.
+
+    ``make_dataset(dataset, FLAGS)``, if given, completes the dataset from
+    the parsed flags (``train_custom.py``); ``extra_flags()`` defines flags
+    of its own.
+    """
     define_flags(dataset)
+    if extra_flags is not None:
+        extra_flags()
 
     def _main(argv):
         if len(argv) > 1:
             raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
         try:
-            return run_mode(dataset)
+            spec = dataset if make_dataset is None else make_dataset(dataset,
+                                                                     FLAGS)
+            return run_mode(spec)
         except UsageError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -11,6 +11,7 @@ Usage::
 
     python -m datasets.synthetic --layout=market1501 --output_dir=DIR
     python -m datasets.synthetic --layout=mars --output_dir=DIR
+    python -m datasets.synthetic --layout=identity_folders --output_dir=DIR
 """
 
 import argparse
@@ -291,9 +292,35 @@ def write_mars(output_dir, num_train_ids=60, num_test_ids=30,
     return output_dir
 
 
+def write_identity_folders(output_dir, num_ids=60, images_per_id=(3, 8),
+                           seed=0):
+    """Write ``output_dir/person_NNN/cC_KKK.jpg``: one folder per identity.
+
+    The camera is in the file name (``c3_...`` for camera 3), for
+    ``--camera_regex='^c(\\d+)_'``.
+
+    Returns
+    -------
+    str
+        ``output_dir``.
+    """
+    rng = np.random.default_rng(seed)
+    cameras = _cameras(seed + 1)
+    for n in range(num_ids):
+        person = _identity(rng)
+        folder = os.path.join(output_dir, f"person_{n:03d}")
+        os.makedirs(folder, exist_ok=True)
+        for k in range(int(rng.integers(*images_per_id))):
+            cam = int(rng.integers(NUM_CAMERAS))
+            _save(os.path.join(folder, f"c{cam + 1}_{k:03d}.jpg"),
+                  render(person, cameras[cam], rng))
+    return output_dir
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layout", choices=("market1501", "mars"),
+    parser.add_argument("--layout",
+                        choices=("market1501", "mars", "identity_folders"),
                         default="market1501")
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--num_train_ids", type=int, default=None,
@@ -308,8 +335,13 @@ def main(argv=None):
     for key, value in sizes.items():
         if value < 2:
             parser.error(f"--{key}={value}: expected at least 2")
-    writer = write_market1501 if args.layout == "market1501" else write_mars
-    writer(args.output_dir, seed=args.seed, **sizes)
+    if args.layout == "identity_folders":
+        write_identity_folders(args.output_dir, seed=args.seed,
+                               num_ids=sizes.get("num_train_ids", 60))
+    else:
+        writer = (write_market1501 if args.layout == "market1501"
+                  else write_mars)
+        writer(args.output_dir, seed=args.seed, **sizes)
     print(f"wrote a synthetic {args.layout} dataset to {args.output_dir}")
 
 

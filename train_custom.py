@@ -1,0 +1,57 @@
+"""Train (and use) the descriptor on your own data.
+
+    python train_custom.py --dataset_dir=./my_people/ --image_shape=128,64 \
+        --loss_mode=cosine-softmax --log_dir=./output/custom/ --run_id=mine
+
+``--dataset_dir`` holds one folder per identity (``<identity>/<image>``) or
+Market-1501-style file names in one folder (see ``datasets/image_folder.py``).
+Same modes and flags as ``train_market1501.py``, plus ``--image_shape``,
+``--layout`` and ``--camera_regex``; the identities' numbering is saved as
+``labels.json`` in the run's folder.
+"""
+
+import dataclasses
+import functools
+
+from absl import flags
+
+from cosine_metric_learning import train_app
+from datasets import image_folder
+
+DATASET = train_app.DatasetSpec(
+    name="custom", num_classes=0, read_train=None,
+    default_dataset_dir="./data/")
+
+
+def define_flags():
+    flags.DEFINE_string("image_shape", "128,64",
+                        "HEIGHT,WIDTH of the network input; images are "
+                        "resized to it.")
+    flags.DEFINE_enum("layout", "auto", list(image_folder.LAYOUTS),
+                      "How identities are laid out in --dataset_dir.")
+    flags.DEFINE_string("camera_regex", None,
+                        "A regex with one group that finds the camera in a "
+                        "file name (identity folders only).")
+
+
+def make_dataset(template, values):
+    """The dataset as the parsed flags describe it."""
+    shape = image_folder.parse_image_shape(values.image_shape)
+
+    @functools.lru_cache(maxsize=None)
+    def read_train(dataset_dir):
+        return image_folder.read_image_folder(dataset_dir, values.layout,
+                                              values.camera_regex)
+
+    num_classes, names = 0, None
+    if values.mode is train_app.Mode.TRAIN:
+        names = read_train(values.dataset_dir)[3]
+        num_classes = len(names)
+    return dataclasses.replace(template, read_train=read_train,
+                               num_classes=num_classes, label_names=names,
+                               image_shape=shape)
+
+
+if __name__ == "__main__":
+    train_app.main(DATASET, make_dataset=make_dataset,
+                   extra_flags=define_flags)

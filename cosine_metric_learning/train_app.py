@@ -4,6 +4,7 @@
 :class:`DatasetSpec` and call :func:`main`; everything else lives here.
 """
 
+import contextlib
 import dataclasses
 import enum
 import os
@@ -60,6 +61,11 @@ class DatasetSpec:
     label_names: Optional[list] = None  # saved as labels.json when set
 
 
+# --mixed_precision -> Keras dtype policy of the network's layers
+MIXED_PRECISION_POLICIES = {"none": "float32", "bf16": "mixed_bfloat16",
+                            "fp16": "mixed_float16"}
+
+
 @dataclasses.dataclass
 class TrainConfig:
     """Training settings; the flags map one to one onto these fields."""
@@ -79,6 +85,7 @@ class TrainConfig:
     save_summaries_secs: float = 60.0
     log_interval_secs: float = 10.0
     max_unreadable_fraction: float = 0.01
+    mixed_precision: str = "none"
 
     def validate(self):
         """Raise a UsageError naming the first setting out of range."""
@@ -96,6 +103,10 @@ class TrainConfig:
             value = getattr(self, name)
             if not value > 0:
                 raise UsageError(f"--{name}={value}: expected a number > 0")
+        if self.mixed_precision not in MIXED_PRECISION_POLICIES:
+            raise UsageError(f"--mixed_precision={self.mixed_precision}: "
+                             "expected one of "
+                             f"{', '.join(MIXED_PRECISION_POLICIES)}")
         if not 0.0 <= self.max_unreadable_fraction < 1.0:
             raise UsageError(f"--max_unreadable_fraction="
                              f"{self.max_unreadable_fraction}: expected a "
@@ -163,21 +174,41 @@ class TrainingModel:
         return tf.add_n(terms)
 
 
-def create_model(dataset, loss_mode):
-    """The encoder and, for cosine-softmax, the classifier head."""
-    encoder = network_definition.create_encoder(dataset.image_shape)
-    classifier = None
-    if loss_mode == "cosine-softmax":
-        classifier = network_definition.create_classifier(dataset.num_classes)
-    return TrainingModel(
-        encoder, network_definition.create_activation_model(encoder),
-        classifier)
+@contextlib.contextmanager
+def dtype_policy(name):
+    """Build layers under a Keras dtype policy, restoring the old one."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
 
 
-def create_optimizer(learning_rate):
-    """Adam with TF1's defaults (epsilon 1e-8, not Keras' 1e-7)."""
-    return keras.optimizers.Adam(learning_rate=learning_rate, beta_1=0.9,
-                                 beta_2=0.999, epsilon=1e-8)
+def create_model(dataset, loss_mode, mixed_precision="none"):
+    """The encoder and, for cosine-softmax, the classifier head.
+
+    With mixed precision the layers compute in bfloat16 or float16 and keep
+    float32 weights; the features and the classifier stay float32.
+    """
+    with dtype_policy(MIXED_PRECISION_POLICIES[mixed_precision]):
+        encoder = network_definition.create_encoder(dataset.image_shape)
+        classifier = None
+        if loss_mode == "cosine-softmax":
+            classifier = network_definition.create_classifier(
+                dataset.num_classes)
+        activations = network_definition.create_activation_model(encoder)
+    return TrainingModel(encoder, activations, classifier)
+
+
+def create_optimizer(learning_rate, mixed_precision="none"):
+    """Adam with TF1's defaults (epsilon 1e-8, not Keras' 1e-7); with fp16,
+    wrapped in dynamic loss scaling."""
+    optimizer = keras.optimizers.Adam(learning_rate=learning_rate,
+                                      beta_1=0.9, beta_2=0.999, epsilon=1e-8)
+    if mixed_precision == "fp16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
 
 
 def make_train_step(model, optimizer, loss_mode, step):
@@ -208,9 +239,13 @@ def make_train_step(model, optimizer, loss_mode, step):
                 metrics["accuracy"] = losses.accuracy(labels, logits)
                 metrics["scale"] = tf.nn.softplus(
                     model.classifier.get_layer("ball").scale)
-            weight_loss = model.weight_loss()
+            weight_loss = tf.cast(model.weight_loss(), tf.float32)
             total = terms[losses.loss_name(loss_mode)] + weight_loss
-        gradients = tape.gradient(total, variables)
+            scaled = (optimizer.scale_loss(total)
+                      if isinstance(optimizer,
+                                    keras.optimizers.LossScaleOptimizer)
+                      else total)
+        gradients = tape.gradient(scaled, variables)
         optimizer.apply_gradients(zip(gradients, variables))
         step.assign_add(1)
         metrics.update({f"losses/{k}": v for k, v in terms.items()})
@@ -248,7 +283,8 @@ def write_summaries(writer, step, result, scalars, conv1_1_kernel):
         kernel = (kernel - low) / (tf.reduce_max(kernel) - low + 1e-12)
         tf.summary.image("conv1_1_filters", kernel, max_outputs=32)
         for name, activation in result["activations"].items():
-            tf.summary.histogram(f"activations/{name}", activation)
+            tf.summary.histogram(f"activations/{name}",
+                                 tf.cast(activation, tf.float32))
     writer.flush()
 
 
@@ -351,8 +387,9 @@ def train(dataset, config):
         num_threads=config.num_enqueue_threads,
         capacity=config.queue_capacity, unreadable=unreadable,
         max_unreadable=int(config.max_unreadable_fraction * len(filenames)))
-    model = create_model(dataset, config.loss_mode)
-    optimizer = create_optimizer(config.learning_rate)
+    model = create_model(dataset, config.loss_mode, config.mixed_precision)
+    optimizer = create_optimizer(config.learning_rate,
+                                 config.mixed_precision)
     optimizer.build(model.trainable_variables)
     step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     objects = {"step": step, "encoder": model.encoder, "optimizer": optimizer}
@@ -530,6 +567,10 @@ def define_flags(dataset):
                        "Seconds between TensorBoard summaries.")
     flags.DEFINE_float("log_interval_secs", 10.0,
                        "Seconds between progress log lines.")
+    flags.DEFINE_enum("mixed_precision", "none",
+                      list(MIXED_PRECISION_POLICIES),
+                      "Compute in bfloat16 or float16 (with loss scaling); "
+                      "weights, features and losses stay float32.")
     flags.DEFINE_float("max_unreadable_fraction", 0.01,
                        "Skip unreadable training images up to this fraction "
                        "of them; more stops the run.")
@@ -570,7 +611,8 @@ def config_from_flags():
         save_interval_secs=FLAGS.save_interval_secs,
         save_summaries_secs=FLAGS.save_summaries_secs,
         log_interval_secs=FLAGS.log_interval_secs,
-        max_unreadable_fraction=FLAGS.max_unreadable_fraction)
+        max_unreadable_fraction=FLAGS.max_unreadable_fraction,
+        mixed_precision=FLAGS.mixed_precision)
 
 
 def restore_path_from_flags():

@@ -50,7 +50,9 @@ def create_encoder(image_shape=IMAGE_SHAPE, feature_dim=FEATURE_DIM,
         kernel_regularizer=residual_net.kernel_regularizer(), name="fc1")(x)
     x = residual_net.batch_norm("fc1_bn")(x)
     x = keras.layers.Activation("elu", name="fc1_elu")(x)
-    features = keras.layers.UnitNormalization(axis=-1, name="features")(x)
+    # float32 whatever the dtype policy: the features leave the network
+    features = keras.layers.UnitNormalization(axis=-1, name="features",
+                                              dtype="float32")(x)
     return keras.Model(images, features, name=name)
 
 
@@ -100,5 +102,7 @@ class CosineSoftmaxHead(keras.layers.Layer):
 def create_classifier(num_classes, feature_dim=FEATURE_DIM, name="classifier"):
     """The cosine-softmax head as a model of its own: features -> logits."""
     features = keras.Input(shape=(feature_dim,), name="features")
-    logits = CosineSoftmaxHead(num_classes, name="ball")(features)
+    # the normalisations and the softmax stay float32 under mixed precision
+    logits = CosineSoftmaxHead(num_classes, name="ball",
+                               dtype="float32")(features)
     return keras.Model(features, logits, name=name)

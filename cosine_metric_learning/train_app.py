@@ -11,6 +11,7 @@ import os
 import signal
 import string
 import sys
+import tempfile
 import threading
 import time
 from typing import Callable, Optional, Tuple
@@ -61,6 +62,8 @@ class DatasetSpec:
     label_names: Optional[list] = None  # saved as labels.json when set
 
 
+STRATEGIES = ("none", "mirrored", "multi_worker")
+
 # --mixed_precision -> Keras dtype policy of the network's layers
 MIXED_PRECISION_POLICIES = {"none": "float32", "bf16": "mixed_bfloat16",
                             "fp16": "mixed_float16"}
@@ -86,6 +89,8 @@ class TrainConfig:
     log_interval_secs: float = 10.0
     max_unreadable_fraction: float = 0.01
     mixed_precision: str = "none"
+    strategy: str = "none"
+    devices: Optional[str] = None
 
     def validate(self):
         """Raise a UsageError naming the first setting out of range."""
@@ -103,6 +108,9 @@ class TrainConfig:
             value = getattr(self, name)
             if not value > 0:
                 raise UsageError(f"--{name}={value}: expected a number > 0")
+        if self.strategy not in STRATEGIES:
+            raise UsageError(f"--strategy={self.strategy}: expected one of "
+                             f"{', '.join(STRATEGIES)}")
         if self.mixed_precision not in MIXED_PRECISION_POLICIES:
             raise UsageError(f"--mixed_precision={self.mixed_precision}: "
                              "expected one of "
@@ -241,10 +249,11 @@ def make_train_step(model, optimizer, loss_mode, step):
                     model.classifier.get_layer("ball").scale)
             weight_loss = tf.cast(model.weight_loss(), tf.float32)
             total = terms[losses.loss_name(loss_mode)] + weight_loss
-            scaled = (optimizer.scale_loss(total)
-                      if isinstance(optimizer,
-                                    keras.optimizers.LossScaleOptimizer)
-                      else total)
+            # replicas' gradients are summed: each contributes its share
+            replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+            scaled = total / replicas
+            if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+                scaled = optimizer.scale_loss(scaled)
         gradients = tape.gradient(scaled, variables)
         optimizer.apply_gradients(zip(gradients, variables))
         step.assign_add(1)
@@ -332,6 +341,38 @@ def read_training_data(dataset, config):
     return filenames, ids
 
 
+def create_strategy(name, devices=None):
+    """The ``tf.distribute`` strategy of ``--strategy`` (``--devices``)."""
+    if name == "none":
+        return tf.distribute.get_strategy()
+    if name == "multi_worker":  # the cluster comes from TF_CONFIG
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    available = [d.name for d in tf.config.list_logical_devices()
+                 if d.device_type in ("GPU", "CPU")]
+    if devices:
+        wanted = [d.strip() for d in devices.split(",") if d.strip()]
+        unknown = [d for d in wanted
+                   if tf.DeviceSpec.from_string(d).to_string() not in
+                   {tf.DeviceSpec.from_string(a).to_string()
+                    for a in available}]
+        if unknown or not wanted:
+            raise UsageError(f"--devices={devices}: no such device "
+                             f"{', '.join(unknown)}; available: "
+                             f"{', '.join(available)}")
+        return tf.distribute.MirroredStrategy(wanted)
+    return tf.distribute.MirroredStrategy()
+
+
+def _is_chief(strategy):
+    """Whether this process writes checkpoints and summaries."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    return resolver.task_type == "chief" or (
+        resolver.task_type == "worker" and resolver.task_id == 0 and
+        "chief" not in resolver.cluster_spec().as_dict())
+
+
 def _continue(checkpoint, objects, path, config):
     """Restore a run's own latest checkpoint to continue training it."""
     def mismatch(detail):
@@ -362,6 +403,15 @@ def train(dataset, config):
     TrainResult
     """
     config.validate()
+    strategy = create_strategy(config.strategy, config.devices)
+    replicas = strategy.num_replicas_in_sync
+    if config.batch_size % (replicas * config.images_per_id):
+        raise UsageError(
+            f"--batch_size={config.batch_size}: each of the {replicas} "
+            f"replicas takes an equal share of whole identities; expected a "
+            f"multiple of {replicas} x --images_per_id="
+            f"{config.images_per_id}")
+    chief = _is_chief(strategy)
     filenames, ids = read_training_data(dataset, config)
     unreadable = set()  # filled by the producers, skipped by the sampler
     feed = queued_trainer.random_sample_identities_forever(
@@ -387,43 +437,67 @@ def train(dataset, config):
         num_threads=config.num_enqueue_threads,
         capacity=config.queue_capacity, unreadable=unreadable,
         max_unreadable=int(config.max_unreadable_fraction * len(filenames)))
-    model = create_model(dataset, config.loss_mode, config.mixed_precision)
-    optimizer = create_optimizer(config.learning_rate,
-                                 config.mixed_precision)
-    optimizer.build(model.trainable_variables)
-    step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    with strategy.scope():
+        model = create_model(dataset, config.loss_mode,
+                             config.mixed_precision)
+        optimizer = create_optimizer(config.learning_rate,
+                                     config.mixed_precision)
+        optimizer.build(model.trainable_variables)
+        step = tf.Variable(
+            0, dtype=tf.int64, trainable=False, name="global_step",
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
     objects = {"step": step, "encoder": model.encoder, "optimizer": optimizer}
     if model.classifier is not None:
         objects["classifier"] = model.classifier
     checkpoint = tf.train.Checkpoint(**objects)
-    manager = tf.train.CheckpointManager(checkpoint, config.run_dir,
+    # workers other than the chief save to a folder of their own (their
+    # part of a multi-worker save), which is thrown away
+    save_dir = config.run_dir if chief else tempfile.mkdtemp()
+    manager = tf.train.CheckpointManager(checkpoint, save_dir,
                                          max_to_keep=None)
     if manager.latest_checkpoint:
         _continue(checkpoint, objects, manager.latest_checkpoint, config)
         logging.info("Continuing %s from %s (step %d)", config.run_dir,
-                     manager.latest_checkpoint, int(step))
+                     manager.latest_checkpoint, int(step.numpy()))
     elif config.restore_path:
         warm_start(model, config.restore_path, config.restore_classifier)
 
     step_fn = make_train_step(model, optimizer, config.loss_mode, step)
-    train_step = tf.function(
-        lambda: step_fn(*trainer.dequeue(config.batch_size)))
-    writer = tf.summary.create_file_writer(config.run_dir)
+    per_replica = config.batch_size // replicas
+
+    @tf.function
+    def train_step():
+        # every replica dequeues its share of the batch from the one queue
+        result = strategy.run(
+            lambda: step_fn(*trainer.dequeue(per_replica)))
+
+        def first_replica(value):
+            return strategy.experimental_local_results(value)[0]
+
+        return {"scalars": {k: strategy.reduce("MEAN", v, axis=None)
+                            for k, v in result["scalars"].items()},
+                "images": first_replica(result["images"]),
+                "activations": {k: first_replica(v) for k, v in
+                                result["activations"].items()}}
+
+    writer = (tf.summary.create_file_writer(config.run_dir) if chief
+              else tf.summary.create_noop_writer())
     conv1_1_kernel = model.encoder.get_layer("conv1_1").kernel
 
     logging.info(
-        "Training %s on %d images of %d identities (%s, batch %d = %d x %d); "
-        "writing to %s", dataset.name, len(ids), len(np.unique(ids)),
+        "Training %s on %d images of %d identities (%s, batch %d = %d x %d"
+        "%s); writing to %s", dataset.name, len(ids), len(np.unique(ids)),
         config.loss_mode, config.batch_size,
         config.batch_size // config.images_per_id, config.images_per_id,
+        f", {replicas} replicas of {per_replica}" if replicas > 1 else "",
         config.run_dir)
 
     def done():
         return (config.number_of_steps is not None
-                and int(step) >= config.number_of_steps)
+                and int(step.numpy()) >= config.number_of_steps)
 
     def save(reason):
-        current = int(step)
+        current = int(step.numpy())
         if not all(np.all(np.isfinite(v.numpy())) for v in model.variables):
             raise TrainingError(
                 f"the weights are not finite at step {current}: not saving "
@@ -442,11 +516,11 @@ def train(dataset, config):
     last_path = manager.latest_checkpoint
     if last_path is None:  # the evaluator's baseline: the initial weights
         last_path = save("initial weights")
-    saved_step = int(step)
+    saved_step = int(step.numpy())
     with _StopSignal() as stop, trainer:
         now = time.time()
         last_save = last_summary = last_log = now
-        log_step = int(step)
+        log_step = int(step.numpy())
         first = True
         while not done() and stop.received is None:
             trainer.raise_if_failed()
@@ -457,7 +531,7 @@ def train(dataset, config):
                 logging.info("The feed generator is exhausted")
                 break
             now = time.time()
-            current = int(step)
+            current = int(step.numpy())
             if not np.isfinite(float(result["scalars"]["losses/total_loss"])):
                 raise TrainingError(_non_finite_message(
                     current, result["scalars"], last_path))
@@ -482,12 +556,12 @@ def train(dataset, config):
                 last_path, saved_step, last_save = (
                     save("interval"), current, now)
             first = False
-        if saved_step != int(step):
+        if saved_step != int(step.numpy()):
             reason = ("stopped by " + signal.Signals(stop.received).name
                       if stop.received else "end of training")
             last_path = save(reason)
     writer.close()
-    return TrainResult(int(step), last_path, stop.received)
+    return TrainResult(int(step.numpy()), last_path, stop.received)
 
 
 def _non_finite_message(step, scalars, last_path):
@@ -567,6 +641,12 @@ def define_flags(dataset):
                        "Seconds between TensorBoard summaries.")
     flags.DEFINE_float("log_interval_secs", 10.0,
                        "Seconds between progress log lines.")
+    flags.DEFINE_enum("strategy", "none", list(STRATEGIES),
+                      "Train on several devices (mirrored) or machines "
+                      "(multi_worker, configured by TF_CONFIG).")
+    flags.DEFINE_string("devices", None,
+                        "mirrored: comma-separated devices, e.g. "
+                        "/gpu:0,/gpu:1; default: all GPUs (else the CPU).")
     flags.DEFINE_enum("mixed_precision", "none",
                       list(MIXED_PRECISION_POLICIES),
                       "Compute in bfloat16 or float16 (with loss scaling); "
@@ -612,7 +692,8 @@ def config_from_flags():
         save_summaries_secs=FLAGS.save_summaries_secs,
         log_interval_secs=FLAGS.log_interval_secs,
         max_unreadable_fraction=FLAGS.max_unreadable_fraction,
-        mixed_precision=FLAGS.mixed_precision)
+        mixed_precision=FLAGS.mixed_precision, strategy=FLAGS.strategy,
+        devices=FLAGS.devices)
 
 
 def restore_path_from_flags():

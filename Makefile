@@ -64,6 +64,7 @@ benchmark: install
 	$(PY) benchmarks/input_pipeline.py
 	$(PY) benchmarks/metrics.py
 	$(PY) benchmarks/encoder.py
+	$(PY) benchmarks/mixed_precision.py
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import enum
 import os
+import shutil
 import signal
 import string
 import sys
@@ -517,50 +518,57 @@ def train(dataset, config):
     if last_path is None:  # the evaluator's baseline: the initial weights
         last_path = save("initial weights")
     saved_step = int(step.numpy())
-    with _StopSignal() as stop, trainer:
-        now = time.time()
-        last_save = last_summary = last_log = now
-        log_step = int(step.numpy())
-        first = True
-        while not done() and stop.received is None:
-            trainer.raise_if_failed()
-            try:
-                result = train_step()
-            except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
-                trainer.raise_if_failed()
-                logging.info("The feed generator is exhausted")
-                break
+    try:
+        with _StopSignal() as stop, trainer:
             now = time.time()
-            current = int(step.numpy())
-            if not np.isfinite(float(result["scalars"]["losses/total_loss"])):
-                raise TrainingError(_non_finite_message(
-                    current, result["scalars"], last_path))
-            finished = done()
-            if first or finished or now - last_log >= config.log_interval_secs:
-                scalars = {k: float(v) for k, v in result["scalars"].items()}
-                rate = (current - log_step) / max(now - last_log, 1e-9)
-                queue_fill = trainer.size() / trainer.capacity
-                _log_progress(config, current, scalars, rate, queue_fill)
+            last_save = last_summary = last_log = now
+            log_step = int(step.numpy())
+            first = True
+            while not done() and stop.received is None:
+                trainer.raise_if_failed()
+                try:
+                    result = train_step()
+                except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
+                    trainer.raise_if_failed()
+                    logging.info("The feed generator is exhausted")
+                    break
+                now = time.time()
+                current = int(step.numpy())
+                total = float(result["scalars"]["losses/total_loss"])
+                if not np.isfinite(total):
+                    raise TrainingError(_non_finite_message(
+                        current, result["scalars"], last_path))
+                finished = done()
                 if first or finished or \
-                        now - last_summary >= config.save_summaries_secs:
-                    write_summaries(writer, current, result, {
-                        "learning_rate": config.learning_rate,
-                        "queue/fill_fraction": queue_fill,
-                        "performance/images_per_second":
-                            rate * config.batch_size,
-                        "input/unreadable_images": len(unreadable)},
-                        conv1_1_kernel)
-                    last_summary = now
-                last_log, log_step = now, current
-            if now - last_save >= config.save_interval_secs:
-                last_path, saved_step, last_save = (
-                    save("interval"), current, now)
-            first = False
-        if saved_step != int(step.numpy()):
-            reason = ("stopped by " + signal.Signals(stop.received).name
-                      if stop.received else "end of training")
-            last_path = save(reason)
-    writer.close()
+                        now - last_log >= config.log_interval_secs:
+                    scalars = {k: float(v)
+                               for k, v in result["scalars"].items()}
+                    rate = (current - log_step) / max(now - last_log, 1e-9)
+                    queue_fill = trainer.size() / trainer.capacity
+                    _log_progress(config, current, scalars, rate, queue_fill)
+                    if first or finished or \
+                            now - last_summary >= config.save_summaries_secs:
+                        write_summaries(writer, current, result, {
+                            "learning_rate": config.learning_rate,
+                            "queue/fill_fraction": queue_fill,
+                            "performance/images_per_second":
+                                rate * config.batch_size,
+                            "input/unreadable_images": len(unreadable)},
+                            conv1_1_kernel)
+                        last_summary = now
+                    last_log, log_step = now, current
+                if now - last_save >= config.save_interval_secs:
+                    last_path, saved_step, last_save = (
+                        save("interval"), current, now)
+                first = False
+            if saved_step != int(step.numpy()):
+                reason = ("stopped by " + signal.Signals(stop.received).name
+                          if stop.received else "end of training")
+                last_path = save(reason)
+    finally:
+        writer.close()
+        if not chief:
+            shutil.rmtree(save_dir, ignore_errors=True)
     return TrainResult(int(step.numpy()), last_path, stop.received)
 
 

@@ -28,13 +28,13 @@ demo: install
 		--output_dir=$(DEMO_DIR)/Market-1501-synthetic
 	CUDA_VISIBLE_DEVICES="" $(PY) train_market1501.py --mode=eval \
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
-		--log_dir=$(DEMO_DIR)/output --run_id=cosine-softmax \
+		--log_dir=$(DEMO_DIR)/output --run_id=triplet --loss_mode=triplet \
 		--eval_log_dir=$(DEMO_DIR)/eval --eval_interval_secs=5 \
 		--number_of_steps=$(DEMO_STEPS) --eval_timeout_secs=900 \
 		> $(DEMO_DIR)/eval.log 2>&1 & evaluator=$$!; \
 	$(PY) train_market1501.py --dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
-		--log_dir=$(DEMO_DIR)/output --run_id=cosine-softmax \
-		--loss_mode=cosine-softmax --batch_size=32 \
+		--log_dir=$(DEMO_DIR)/output --run_id=triplet \
+		--loss_mode=triplet --batch_size=32 \
 		--number_of_steps=$(DEMO_STEPS) --save_interval_secs=60 \
 		--save_summaries_secs=20 || { kill $$evaluator; exit 1; }; \
 	wait $$evaluator
@@ -42,18 +42,18 @@ demo: install
 	@echo "Validation CMC of every checkpoint (evaluator log $(DEMO_DIR)/eval.log):"
 	@grep -o "step [0-9]*: .*" $(DEMO_DIR)/eval.log
 	@echo
-	$(PY) train_market1501.py --mode=test \
+	$(PY) train_market1501.py --mode=test --loss_mode=triplet \
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
-		--restore_path=$(DEMO_DIR)/output/cosine-softmax \
+		--restore_path=$(DEMO_DIR)/output/triplet \
 		--output_json=$(DEMO_DIR)/test.json --rank_image=$(DEMO_DIR)/ranks.png
 	$(PY) train_market1501.py --mode=freeze \
-		--restore_path=$(DEMO_DIR)/output/cosine-softmax \
+		--restore_path=$(DEMO_DIR)/output/triplet \
 		--output=$(DEMO_DIR)/market1501.pb
 	$(PY) examples/box_encoder.py --model=$(DEMO_DIR)/market1501.pb \
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic
 	@echo
 	@echo "Synthetic dataset:  $(DEMO_DIR)/Market-1501-synthetic"
-	@echo "Checkpoints:        $(DEMO_DIR)/output/cosine-softmax/"
+	@echo "Checkpoints:        $(DEMO_DIR)/output/triplet/"
 	@echo "Test numbers:       $(DEMO_DIR)/test.json"
 	@echo "Ranked retrieval:   $(DEMO_DIR)/ranks.png"
 	@echo "Deep SORT encoder:  $(DEMO_DIR)/market1501.pb"

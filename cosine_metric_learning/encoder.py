@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 from PIL import Image
+from tensorflow.core.framework import graph_pb2
 
 from cosine_metric_learning import checkpoints, export
 from cosine_metric_learning.errors import UsageError
@@ -87,7 +88,7 @@ def load(path, batch_size=32, image_shape=network_definition.IMAGE_SHAPE):
 
 
 def _load_frozen_graph(path, batch_size):
-    graph_def = tf.compat.v1.GraphDef()
+    graph_def = graph_pb2.GraphDef()
     try:
         with open(path, "rb") as f:
             graph_def.ParseFromString(f.read())

@@ -64,6 +64,7 @@ class DatasetSpec:
 
 
 STRATEGIES = ("none", "mirrored", "multi_worker")
+COLLECTIVE_TIMEOUT_SECS = 600
 
 # --mixed_precision -> Keras dtype policy of the network's layers
 MIXED_PRECISION_POLICIES = {"none": "float32", "bf16": "mixed_bfloat16",
@@ -347,7 +348,11 @@ def create_strategy(name, devices=None):
     if name == "none":
         return tf.distribute.get_strategy()
     if name == "multi_worker":  # the cluster comes from TF_CONFIG
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        # a worker that died leaves the others in an all-reduce: give up
+        # after a while instead of waiting forever
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental
+            .CommunicationOptions(timeout_seconds=COLLECTIVE_TIMEOUT_SECS))
     available = [d.name for d in tf.config.list_logical_devices()
                  if d.device_type in ("GPU", "CPU")]
     if devices:
@@ -569,7 +574,9 @@ def train(dataset, config):
         writer.close()
         if not chief:
             shutil.rmtree(save_dir, ignore_errors=True)
-    return TrainResult(int(step.numpy()), last_path, stop.received)
+    # a worker's own checkpoints went with its scratch folder
+    return TrainResult(int(step.numpy()), last_path if chief else None,
+                       stop.received)
 
 
 def _non_finite_message(step, scalars, last_path):

@@ -122,3 +122,55 @@ def test_strategy_settings_are_checked(market_dir, tmp_path):
                   if l.startswith("error:")]
         assert result.returncode == 2 and len(errors) == 1, result.stderr
         assert message in errors[0]
+
+
+WORKER = textwrap.dedent("""
+    import json, os, sys
+    index, ports, log_dir, market_dir = sys.argv[1:5]
+    os.environ["TF_CONFIG"] = json.dumps({
+        "cluster": {"worker": [f"localhost:{p}" for p in ports.split(",")]},
+        "task": {"type": "worker", "index": int(index)}})
+    from cosine_metric_learning import train_app
+    from train_market1501 import DATASET
+    result = train_app.train(DATASET, train_app.TrainConfig(
+        dataset_dir=market_dir, log_dir=log_dir, run_id="run",
+        batch_size=16, number_of_steps=3, num_enqueue_threads=2,
+        queue_capacity=64, save_summaries_secs=3600, log_interval_secs=3600,
+        loss_mode="triplet", strategy="multi_worker"))
+    print("RESULT", json.dumps([result.step, result.checkpoint]))
+""")
+
+
+def _free_ports(count):
+    import socket
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_multi_worker_on_two_local_processes(market_dir, tmp_path):
+    import json
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    ports = ",".join(str(p) for p in _free_ports(2))
+    workers = [subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(i), ports, str(tmp_path),
+         market_dir], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        outputs = [w.communicate(timeout=300) for w in workers]
+    finally:
+        for w in workers:
+            w.kill()
+    for worker, (out, err) in zip(workers, outputs):
+        assert worker.returncode == 0, err[-3000:]
+    results = [json.loads(out.split("RESULT", 1)[1]) for out, _ in outputs]
+    assert results[0] == [3, str(tmp_path / "run" / "ckpt-3")]
+    assert results[1] == [3, None]  # not the chief: nothing of its own kept
+    names = os.listdir(tmp_path / "run")
+    assert sum(n.startswith("events.out.tfevents") for n in names) == 1
+    assert sorted(n for n in names if n.endswith(".index")) == [
+        "ckpt-0.index", "ckpt-3.index"]

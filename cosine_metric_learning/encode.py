@@ -21,6 +21,7 @@ from absl import app, flags, logging
 from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
+from cosine_metric_learning import files
 from cosine_metric_learning.errors import UsageError
 from datasets import image_folder
 
@@ -31,15 +32,15 @@ FLAGS = flags.FLAGS
 def list_images(pattern):
     """Sorted image files of a folder or a glob pattern."""
     if os.path.isdir(pattern):
-        files = [os.path.join(pattern, n) for n in os.listdir(pattern)
+        paths = [os.path.join(pattern, n) for n in os.listdir(pattern)
                  if n.lower().endswith(IMAGE_EXTENSIONS)]
     else:
-        files = [f for f in glob.glob(pattern) if os.path.isfile(f)]
-    if not files:
+        paths = [f for f in glob.glob(pattern) if os.path.isfile(f)]
+    if not paths:
         raise UsageError(f"--images={pattern}: no image files found "
                          f"(expected a folder or a glob of "
                          f"{'/'.join(IMAGE_EXTENSIONS)} files)")
-    return sorted(files)
+    return sorted(paths)
 
 
 def _read_bgr(path, shape):
@@ -51,50 +52,36 @@ def _read_bgr(path, shape):
     return np.asarray(image)[..., ::-1]
 
 
-def encode_files(encoder, files, batch_size=32, progress_every_secs=5.0):
+def encode_files(encoder, paths, batch_size=32, progress_every_secs=5.0):
     """Features of image files, with a progress line now and then."""
     features, start, last = [], time.time(), 0.0
-    for i in range(0, len(files), batch_size):
+    for i in range(0, len(paths), batch_size):
         batch = np.stack([_read_bgr(f, encoder.image_shape)
-                          for f in files[i:i + batch_size]])
+                          for f in paths[i:i + batch_size]])
         features.append(encoder(batch))
-        done = min(i + batch_size, len(files))
-        if time.time() - last >= progress_every_secs or done == len(files):
+        done = min(i + batch_size, len(paths))
+        if time.time() - last >= progress_every_secs or done == len(paths):
             last = time.time()
             logging.info("encoded %d/%d images (%.1f images/s)", done,
-                         len(files), done / max(last - start, 1e-9))
+                         len(paths), done / max(last - start, 1e-9))
     return np.concatenate(features)
 
 
-def write_features(path, features, files):
+def write_features(path, features, names):
     """Write ``.npy`` (+ file names beside it) or ``.mat``; returns paths."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise UsageError(f"--output={path}: the folder {directory} does not "
-                         "exist")
     stem, extension = os.path.splitext(path)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp")
-    try:
-        if extension == ".npy":
-            names = f"{stem}.filenames.txt"
-            with open(tmp, "wb") as f:
-                np.save(f, features)
-            with open(names + ".tmp", "w") as f:
-                f.write("".join(name + "\n" for name in files))
-            os.replace(names + ".tmp", names)
-            os.replace(tmp, path)
-            return [path, names]
-        if extension == ".mat":
-            scipy.io.savemat(tmp, {"features": features,
-                                   "filenames": np.asarray(files,
-                                                           dtype=object)})
-            os.replace(tmp, path)
-            return [path]
-    except OSError as e:
-        for leftover in (tmp, f"{stem}.filenames.txt.tmp"):
-            if os.path.exists(leftover):
-                os.remove(leftover)
-        raise UsageError(f"cannot write --output={path}: {e.strerror}") from e
+    if extension == ".npy":
+        names_path = f"{stem}.filenames.txt"
+        files.write_atomically(names_path, lambda f: f.write(
+            "".join(name + "\n" for name in names)))
+        files.write_atomically(path, lambda f: np.save(f, features),
+                               binary=True)
+        return [path, names_path]
+    if extension == ".mat":
+        files.write_atomically(path, lambda f: scipy.io.savemat(
+            f, {"features": features,
+                "filenames": np.asarray(names, dtype=object)}), binary=True)
+        return [path]
     raise UsageError(f"--output={path}: expected a .npy or .mat file name")
 
 
@@ -108,12 +95,12 @@ def main(argv):
         if FLAGS.batch_size < 1:
             raise UsageError(f"--batch_size={FLAGS.batch_size}: expected an "
                              "integer >= 1")
-        files = list_images(FLAGS.images)
+        paths = list_images(FLAGS.images)
         encoder = encoder_lib.load(
             FLAGS.model, FLAGS.batch_size,
             image_folder.parse_image_shape(FLAGS.image_shape))
-        features = encode_files(encoder, files, FLAGS.batch_size)
-        for path in write_features(FLAGS.output, features, files):
+        features = encode_files(encoder, paths, FLAGS.batch_size)
+        for path in write_features(FLAGS.output, features, paths):
             print(f"wrote {path}")
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)

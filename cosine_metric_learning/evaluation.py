@@ -22,7 +22,8 @@ from absl import logging
 from PIL import Image, ImageDraw
 from tensorboard.compat.proto import event_pb2
 
-from cosine_metric_learning import checkpoints, metrics, preprocessing
+from cosine_metric_learning import checkpoints, files, metrics
+from cosine_metric_learning import preprocessing
 from cosine_metric_learning import queued_trainer
 from cosine_metric_learning.errors import UsageError, first_line
 from datasets import util as dataset_util
@@ -269,7 +270,7 @@ def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
                    flip_test=flip_test)
     print(format_table(summary))
     if output_json:
-        _write_atomically(output_json, lambda f: json.dump(summary, f,
+        files.write_atomically(output_json, lambda f: json.dump(summary, f,
                                                            indent=2))
         print(f"wrote {output_json}")
     if rank_image:
@@ -326,7 +327,7 @@ def draw_rank_image(path, split, distances, num_queries=8, top=10,
             match = split.gallery_ids[g] == q_id
             paste(split.gallery_groups[g], col, row,
                   (0, 170, 0) if match else (220, 0, 0))
-    _write_atomically(path, lambda f: canvas.save(f, format="PNG"),
+    files.write_atomically(path, lambda f: canvas.save(f, format="PNG"),
                       binary=True)
 
 
@@ -350,22 +351,8 @@ def export_features(dataset, restore_path, dataset_dir, output_dir,
     written = []
     for name, indices in split.exports.items():
         path = os.path.join(output_dir, name)
-        _write_atomically(path, lambda f, i=indices: scipy.io.savemat(
+        files.write_atomically(path, lambda f, i=indices: scipy.io.savemat(
             f, {"features": features[i]}), binary=True)
         logging.info("Wrote %s: features %s", path, features[indices].shape)
         written.append(path)
     return written
-
-
-def _write_atomically(path, write, binary=False):
-    """Write through a temporary file renamed into place."""
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp")
-    try:
-        with open(tmp, "wb" if binary else "w") as f:
-            write(f)
-        os.replace(tmp, path)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise UsageError(f"cannot write {path}: {e.strerror}") from e

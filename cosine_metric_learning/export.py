@@ -18,7 +18,7 @@ from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python.framework import convert_to_constants
 from tensorflow.python.grappler import tf_optimizer
 
-from cosine_metric_learning import preprocessing
+from cosine_metric_learning import files, preprocessing
 from cosine_metric_learning.errors import UsageError
 
 INPUT_NAME = "images"          # the frozen graph's placeholder (Deep SORT)
@@ -77,7 +77,8 @@ def _fold_constants(graph_def):
 def freeze(encoder, path, image_shape):
     """Write the Deep SORT frozen graph (``images`` -> ``features``) to path."""
     graph_def = frozen_graph_def(encoder, image_shape)
-    _replace_file(path, graph_def.SerializeToString())
+    files.write_atomically(path, lambda f: f.write(
+        graph_def.SerializeToString()), binary=True)
     logging.info("Wrote %s (%d nodes)", path, len(graph_def.node))
     return path
 
@@ -116,7 +117,7 @@ def write_encoder_checkpoint(encoder, prefix):
     Returns the prefix; the other modes take it as ``--restore_path``.
     """
     directory = os.path.dirname(os.path.abspath(prefix)) or "."
-    _check_writable(directory, prefix)
+    files.check_writable(directory, prefix)
     tmp = os.path.join(directory, f".{os.path.basename(prefix)}.tmp")
     try:
         written = tf.train.Checkpoint(encoder=encoder).write(tmp)
@@ -134,48 +135,16 @@ def write_encoder_checkpoint(encoder, prefix):
     return prefix
 
 
-def _check_writable(directory, path):
-    if not os.path.isdir(directory):
-        raise UsageError(f"cannot write {path}: the folder {directory} does "
-                         "not exist")
-    if not os.access(directory, os.W_OK):
-        raise UsageError(f"cannot write {path}: the folder {directory} is not "
-                         "writable")
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _replace_file(path, data):
-    """Write bytes through a temporary file renamed into place."""
-    directory = os.path.dirname(os.path.abspath(path))
-    _check_writable(directory, path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.",
-                               dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp made it private
-        os.replace(tmp, path)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise UsageError(f"cannot write {path}: {e.strerror}") from e
-
-
 def _replace_dir(directory, write):
     """Let ``write(tmp_dir)`` fill a temporary folder, then move it in place."""
     directory = os.path.abspath(directory)
     parent = os.path.dirname(directory)
-    _check_writable(parent, directory)
+    files.check_writable(parent, directory)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.",
                            dir=parent)
     try:
         write(tmp)
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp made it private
+        os.chmod(tmp, 0o777 & ~files.umask())  # mkdtemp made it private
         if os.path.isdir(directory):
             old = tmp + ".old"
             os.rename(directory, old)

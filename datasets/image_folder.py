@@ -21,6 +21,7 @@ import re
 
 import numpy as np
 
+from cosine_metric_learning import files
 from cosine_metric_learning.errors import UsageError
 from datasets import market1501, util
 
@@ -108,14 +109,11 @@ def _read_identity_folders(root, camera_regex):
 
 def write_label_map(directory, identity_names, source):
     """Save ``label -> identity`` as ``labels.json`` in ``directory``."""
-    path = os.path.join(directory, LABEL_MAP_NAME)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"source": os.path.abspath(source),
-                   "labels": {str(i): n for i, n in enumerate(identity_names)}},
-                  f, indent=1)
-    os.replace(tmp, path)
-    return path
+    return files.write_atomically(
+        os.path.join(directory, LABEL_MAP_NAME), lambda f: json.dump(
+            {"source": os.path.abspath(source),
+             "labels": {str(i): n for i, n in enumerate(identity_names)}},
+            f, indent=1))
 
 
 def parse_image_shape(text):

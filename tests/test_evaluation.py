@@ -252,7 +252,7 @@ def test_export_writes_kit_files_in_kit_order(
     reference = _encode_reference(market_checkpoint, [os.path.join(
         market_dir, "bounding_box_test", gallery[r]) for r in rows])
     assert np.abs(test[rows] - reference).max() < 1e-4
-    assert not list(sdk.glob(".*tmp"))  # no temporary file left behind
+    assert not list(sdk.glob(".*"))  # no temporary file left behind
 
     written = evaluation.export_features(MARS, mars_checkpoint, mars_dir,
                                          str(tmp_path / "mars"), batch_size=64)

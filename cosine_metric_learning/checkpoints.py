@@ -6,6 +6,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from cosine_metric_learning.errors import UsageError, first_line
+from nets.deep_sort import network_definition
 
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 
@@ -74,3 +75,20 @@ def restore(path, **objects):
     except (AssertionError, ValueError) as e:
         raise UsageError(f"checkpoint {path} does not match the "
                          f"{' and '.join(objects)}: {first_line(e)}") from e
+
+
+def load_encoder(path, image_shape, flag="--restore_path"):
+    """An encoder for ``image_shape`` with the weights of a checkpoint.
+
+    ``path`` is a checkpoint prefix or a folder of checkpoints (the latest
+    is used); ``flag`` names where it came from, for the messages.
+
+    Returns
+    -------
+    (keras.Model, str)
+        The encoder and the checkpoint prefix it was loaded from.
+    """
+    prefix = resolve_checkpoint(path, flag)
+    encoder = network_definition.create_encoder(tuple(image_shape))
+    restore(prefix, encoder=encoder)
+    return encoder, prefix

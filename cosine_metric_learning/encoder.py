@@ -80,9 +80,7 @@ def load(path, batch_size=32, image_shape=network_definition.IMAGE_SHAPE):
         return _load_frozen_graph(path, batch_size)
     if os.path.isdir(path) and tf.saved_model.contains_saved_model(path):
         return _load_saved_model(path, batch_size)
-    prefix = checkpoints.resolve_checkpoint(path, flag="--model")
-    encoder = network_definition.create_encoder(tuple(image_shape))
-    checkpoints.restore(prefix, encoder=encoder)
+    encoder, _ = checkpoints.load_encoder(path, image_shape, flag="--model")
     return Encoder(export.inference_function(encoder, image_shape),
                    image_shape, encoder.output_shape[-1], batch_size)
 

@@ -237,9 +237,8 @@ def test_features(dataset, restore_path, dataset_dir, batch_size,
                   flip_test=False):
     """Encode the test split; returns ``(split, image features, path)``."""
     split = dataset.read_test(dataset_dir)
-    path = checkpoints.resolve_checkpoint(restore_path)
-    encoder = network_definition.create_encoder(dataset.image_shape)
-    checkpoints.restore(path, encoder=encoder)
+    encoder, path = checkpoints.load_encoder(restore_path,
+                                             dataset.image_shape)
     encode = make_encode_fn(encoder, dataset.image_shape, batch_size,
                             flip_test)
     logging.info("Encoding %d test images with %s", len(split.filenames),

@@ -163,25 +163,21 @@ class TrainingModel:
     classifier: Optional[keras.Model]
 
     @property
+    def models(self):
+        """The models with weights: the encoder and the classifier, if any."""
+        return [m for m in (self.encoder, self.classifier) if m is not None]
+
+    @property
     def trainable_variables(self):
-        variables = list(self.encoder.trainable_variables)
-        if self.classifier is not None:
-            variables += self.classifier.trainable_variables
-        return variables
+        return [v for m in self.models for v in m.trainable_variables]
 
     @property
     def variables(self):
         """All weights, batch-norm statistics included."""
-        variables = list(self.encoder.variables)
-        if self.classifier is not None:
-            variables += self.classifier.variables
-        return variables
+        return [v for m in self.models for v in m.variables]
 
     def weight_loss(self):
-        terms = list(self.encoder.losses)
-        if self.classifier is not None:
-            terms += self.classifier.losses
-        return tf.add_n(terms)
+        return tf.add_n([term for m in self.models for term in m.losses])
 
 
 @contextlib.contextmanager
@@ -763,9 +759,8 @@ def run_mode(dataset):
         return 0
     if mode in EXPORTERS:
         write, default = EXPORTERS[mode]
-        encoder = network_definition.create_encoder(dataset.image_shape)
-        path = checkpoints.resolve_checkpoint(restore_path_from_flags())
-        checkpoints.restore(path, encoder=encoder)
+        encoder, path = checkpoints.load_encoder(restore_path_from_flags(),
+                                                 dataset.image_shape)
         output = FLAGS.output or default.format(name=dataset.name)
         print(f"wrote {write(encoder, output, dataset.image_shape)} "
               f"(encoder of {path})")

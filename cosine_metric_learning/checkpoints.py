@@ -11,6 +11,46 @@ from nets.deep_sort import network_definition
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 
 
+class DamagedCheckpointError(UsageError):
+    """A checkpoint's index or data file cannot be read."""
+
+
+def _damaged(prefix, part, error):
+    return DamagedCheckpointError(
+        f"checkpoint {prefix} is damaged: {part} cannot be read "
+        f"({first_line(error)})")
+
+
+def reader(prefix):
+    """A ``CheckpointReader``; DamagedCheckpointError names a bad index."""
+    try:
+        return tf.train.load_checkpoint(prefix)
+    except (tf.errors.OpError, ValueError) as e:
+        if not tf.io.gfile.exists(prefix + ".index"):
+            raise UsageError(f"no such checkpoint {prefix} (expected "
+                             f"{prefix}.index)") from e
+        raise _damaged(prefix, f"{prefix}.index", e) from e
+
+
+def verify(prefix):
+    """Read every value of a checkpoint; DamagedCheckpointError names the
+    file that cannot be read (a truncated ``.data`` file, a bad index)."""
+    values = reader(prefix)
+    for key in values.get_variable_to_shape_map():
+        try:
+            values.get_tensor(key)
+        except (tf.errors.OpError, IndexError, ValueError) as e:
+            data = sorted(tf.io.gfile.glob(glob_escape(prefix) + ".data-*"))
+            raise _damaged(prefix, " or ".join(data) or "its data file",
+                           e) from e
+    return prefix
+
+
+def glob_escape(path):
+    """``path`` with the characters ``tf.io.gfile.glob`` expands escaped."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in path)
+
+
 def resolve_checkpoint(path, flag="--restore_path"):
     """A checkpoint prefix from a prefix or a directory; UsageError if none.
 
@@ -38,16 +78,16 @@ def checkpoint_objects(path):
     optimizer that also tracks them.
     """
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor(
+    graph.ParseFromString(reader(path).get_tensor(
         "_CHECKPOINTABLE_OBJECT_GRAPH"))
     return {child.local_name for child in graph.nodes[0].children}
 
 
 def checkpoint_step(path):
     """The global step saved in a training checkpoint (else its number)."""
-    reader = tf.train.load_checkpoint(path)
-    if reader.has_tensor(STEP_KEY):
-        return int(reader.get_tensor(STEP_KEY))
+    values = reader(path)
+    if values.has_tensor(STEP_KEY):
+        return int(values.get_tensor(STEP_KEY))
     return int(path.rsplit("-", 1)[-1])
 
 
@@ -67,6 +107,8 @@ def restore(path, **objects):
     if missing:
         raise UsageError(f"checkpoint {path} has no {' or '.join(missing)} "
                          f"(it has: {', '.join(sorted(saved))})")
+    verify(path)
+    _check_shapes(path, objects)
     try:
         # read, not restore: restore adds a save_counter that an encoder-only
         # checkpoint lacks
@@ -75,6 +117,26 @@ def restore(path, **objects):
     except (AssertionError, ValueError) as e:
         raise UsageError(f"checkpoint {path} does not match the "
                          f"{' and '.join(objects)}: {first_line(e)}") from e
+
+
+def _check_shapes(path, objects):
+    """Refuse a checkpoint that holds no value of some variable's shape.
+
+    Checked before reading, as TensorFlow would fail on the first such
+    variable and then warn about every value it did not restore.
+    """
+    shapes = {tuple(shape) for shape in
+              reader(path).get_variable_to_shape_map().values()}
+    for name, obj in objects.items():
+        for variable in getattr(obj, "variables", []):
+            if tuple(variable.shape) not in shapes:
+                hint = ("; was it trained at another input size? Pass the "
+                        "--image_shape it was trained with"
+                        if name == "encoder" else "")
+                raise UsageError(
+                    f"checkpoint {path} does not match the {name}: it holds "
+                    f"no value of the shape {tuple(variable.shape)} of "
+                    f"{getattr(variable, 'path', variable.name)}{hint}")
 
 
 def load_encoder(path, image_shape, flag="--restore_path"):

@@ -22,7 +22,7 @@ from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files
-from cosine_metric_learning.errors import UsageError
+from cosine_metric_learning.errors import UsageError, parse_flags
 from datasets import image_folder
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -67,31 +67,64 @@ def encode_files(encoder, paths, batch_size=32, progress_every_secs=5.0):
     return np.concatenate(features)
 
 
-def write_features(path, features, names):
-    """Write ``.npy`` (+ file names beside it) or ``.mat``; returns paths."""
+FEATURES_MAT = files.mat_kind({"features", "filenames"},
+                              "a feature file written by this command (a .mat "
+                              "holding 'features' and 'filenames')")
+
+
+def _names_kind(npy_path):
+    """The file-name list written beside ``npy_path``: one line per row of
+    the .npy file already there."""
+    def recognise(path):
+        with open(path) as f:
+            lines = f.read().splitlines()
+        return len(lines) == len(np.load(npy_path, mmap_mode="r"))
+    return files.Kind(f"the file-name list of {npy_path} (a line per row)",
+                      recognise)
+
+
+def _outputs(path):
+    """``[(file, kind)]`` that ``--output=path`` writes."""
     stem, extension = os.path.splitext(path)
     if extension == ".npy":
-        names_path = f"{stem}.filenames.txt"
-        files.write_atomically(names_path, lambda f: f.write(
-            "".join(name + "\n" for name in names)))
-        files.write_atomically(path, lambda f: np.save(f, features),
-                               binary=True)
-        return [path, names_path]
+        return [(path, files.NPY), (f"{stem}.filenames.txt", _names_kind(path))]
     if extension == ".mat":
-        files.write_atomically(path, lambda f: scipy.io.savemat(
-            f, {"features": features,
-                "filenames": np.asarray(names, dtype=object)}), binary=True)
-        return [path]
+        return [(path, FEATURES_MAT)]
     raise UsageError(f"--output={path}: expected a .npy or .mat file name")
+
+
+def check_output(path):
+    """Refuse an output path that cannot be written, before any work."""
+    for name, kind in _outputs(path):
+        files.check_output(name, kind)
+
+
+def write_features(path, features, names):
+    """Write ``.npy`` (+ file names beside it) or ``.mat``; returns paths."""
+    outputs = _outputs(path)
+    check_output(path)
+    if len(outputs) == 2:
+        (npy, npy_kind), (names_path, names_kind) = outputs
+        # the names first: an earlier list is recognised by the earlier .npy
+        files.write_atomically(names_path, lambda f: f.write(
+            "".join(name + "\n" for name in names)), names_kind)
+        files.write_atomically(npy, lambda f: np.save(f, features), npy_kind,
+                               binary=True)
+        return [npy, names_path]
+    files.write_atomically(path, lambda f: scipy.io.savemat(
+        f, {"features": features,
+            "filenames": np.asarray(names, dtype=object)}), FEATURES_MAT,
+        binary=True)
+    return [path]
 
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+        print(f"error: unexpected arguments: {' '.join(argv[1:])}",
+              file=sys.stderr)
+        return 2
     try:
-        if not FLAGS.output.endswith((".npy", ".mat")):
-            raise UsageError(f"--output={FLAGS.output}: expected a .npy or "
-                             ".mat file name")
+        check_output(FLAGS.output)
         if FLAGS.batch_size < 1:
             raise UsageError(f"--batch_size={FLAGS.batch_size}: expected an "
                              "integer >= 1")
@@ -123,4 +156,4 @@ def define_flags():
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

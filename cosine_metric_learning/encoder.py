@@ -31,6 +31,10 @@ def _enable_memory_growth():
 class Encoder:
     """Maps uint8 BGR patches ``(N, H, W, 3)`` to features ``(N, D)``.
 
+    Patches must be uint8 (values 0..255, BGR as OpenCV reads them); other
+    dtypes are refused rather than guessed at: float patches in [0, 1]
+    would all turn black in a cast.
+
     Attributes
     ----------
     image_shape : tuple
@@ -45,9 +49,14 @@ class Encoder:
         self.batch_size = batch_size
 
     def __call__(self, patches, batch_size=None):
-        patches = np.asarray(patches, np.uint8)
+        patches = np.asarray(patches)
+        if patches.dtype != np.uint8:
+            raise UsageError(
+                f"patches of dtype {patches.dtype}: expected uint8 BGR "
+                "values 0..255 (for floats in [0, 1]: "
+                "(patches * 255).round().astype(np.uint8))")
         if patches.ndim != 4 or patches.shape[1:] != self.image_shape:
-            raise ValueError(f"patches of shape {patches.shape}: expected "
+            raise UsageError(f"patches of shape {patches.shape}: expected "
                              f"(N,) + {self.image_shape}")
         if len(patches) == 0:
             return np.zeros((0, self.feature_dim), np.float32)
@@ -139,19 +148,81 @@ def extract_patch(image, box, patch_shape):
         The uint8 patch ``patch_shape``, or None if nothing of the box lies
         inside the image.
     """
+    region = _patch_region(image.shape, box, patch_shape)
+    return None if isinstance(region, str) else _cut(image, region,
+                                                      patch_shape)
+
+
+def _cut(image, region, patch_shape):
+    x1, y1, x2, y2 = region
+    height, width = patch_shape[:2]
+    patch = Image.fromarray(np.ascontiguousarray(image[y1:y2, x1:x2]))
+    return np.asarray(patch.resize((width, height), Image.Resampling.BILINEAR))
+
+
+def _patch_region(frame_shape, box, patch_shape):
+    """``(x1, y1, x2, y2)`` of the pixels a box covers, or a text saying why
+    it covers none."""
     height, width = patch_shape[:2]
     x, y, w, h = (float(v) for v in box)
+    if w <= 0 or h <= 0:
+        return f"has no area (width {w:g}, height {h:g})"
     new_w = width / float(height) * h
     x -= (new_w - w) / 2.0
     x1, y1 = int(x), int(y)
     x2, y2 = int(x + new_w), int(y + h)
+    if x2 <= 0 or y2 <= 0 or x1 >= frame_shape[1] - 1 or \
+            y1 >= frame_shape[0] - 1:
+        return f"lies outside the {frame_shape[1]}x{frame_shape[0]} image"
     x1, y1 = max(x1, 0), max(y1, 0)
-    x2 = min(x2, image.shape[1] - 1)
-    y2 = min(y2, image.shape[0] - 1)
+    x2 = min(x2, frame_shape[1] - 1)
+    y2 = min(y2, frame_shape[0] - 1)
     if x1 >= x2 or y1 >= y2:
-        return None
-    patch = Image.fromarray(np.ascontiguousarray(image[y1:y2, x1:x2]))
-    return np.asarray(patch.resize((width, height), Image.Resampling.BILINEAR))
+        return (f"covers less than a pixel (widened to {new_w:.2g} x "
+                f"{h:.2g} for the {width}:{height} patch)")
+    return x1, y1, x2, y2
+
+
+def check_frame(image):
+    """The frame as an array; UsageError unless uint8 BGR ``(H, W, 3)``."""
+    image = np.asarray(image)
+    if image.dtype != np.uint8:
+        raise UsageError(f"frame of dtype {image.dtype}: expected uint8 BGR "
+                         "(H, W, 3) as OpenCV reads it")
+    if image.ndim != 3 or image.shape[2] != 3:
+        hint = ""
+        if image.ndim == 2 or (image.ndim == 3 and image.shape[2] == 1):
+            hint = " (grayscale: cv2.cvtColor(frame, cv2.COLOR_GRAY2BGR))"
+        elif image.ndim == 3 and image.shape[2] == 4:
+            hint = " (BGRA: drop alpha with frame[..., :3])"
+        raise UsageError(f"frame of shape {image.shape}: expected "
+                         f"(H, W, 3) BGR{hint}")
+    if image.shape[0] < 2 or image.shape[1] < 2:
+        raise UsageError(f"frame of shape {image.shape}: expected at least "
+                         "2x2 pixels")
+    return image
+
+
+def check_boxes(boxes):
+    """Boxes as float64 ``(N, 4)``; UsageError naming what is wrong."""
+    boxes = np.asarray(boxes)
+    if boxes.size == 0:
+        return np.zeros((0, 4))
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise UsageError(f"boxes of shape {boxes.shape}: expected (N, 4) "
+                         "rows of (x, y, width, height); pass boxes[:, :4] "
+                         "if they carry a confidence column")
+    try:
+        boxes = boxes.astype(np.float64)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"boxes of dtype {boxes.dtype}: expected numbers "
+                         "(x, y, width, height)") from e
+    bad = np.flatnonzero(~np.all(np.isfinite(boxes), axis=1))
+    if len(bad):
+        raise UsageError(f"box {bad[0]} {tuple(boxes[bad[0]].tolist())} "
+                         "has a coordinate that is not finite; expected "
+                         "finite (x, y, width, height)")
+    return boxes
 
 
 def create_box_encoder(model, batch_size=32):
@@ -164,24 +235,27 @@ def create_box_encoder(model, batch_size=32):
     batch_size : int
         Patches per forward pass (Deep SORT uses 32).
 
-    A box that lies entirely outside the frame is encoded as a mid-grey
-    patch, with a warning: the row is defined and finite.
+    ``frame_bgr`` must be uint8 ``(H, W, 3)`` and ``boxes`` ``(N, 4)`` rows
+    of finite ``(x, y, width, height)``; anything else is refused with a
+    UsageError saying what is wrong. A box that covers no pixel of the
+    frame (outside it, no area, less than a pixel) is encoded as a
+    mid-grey patch, with a warning saying why: the row is defined and
+    finite.
     """
     encoder = model if isinstance(model, Encoder) else load(model, batch_size)
     shape = encoder.image_shape
 
     def encode(image, boxes):
-        image = np.asarray(image)
+        image = check_frame(image)
         patches = []
-        for box in np.asarray(boxes, np.float64).reshape(-1, 4):
-            patch = extract_patch(image, box, shape)
-            if patch is None:
-                logging.warning("Box %s lies outside the %dx%d image: "
-                                "encoding a grey patch for it",
-                                tuple(box.tolist()), image.shape[1],
-                                image.shape[0])
-                patch = np.full(shape, 128, np.uint8)
-            patches.append(patch)
+        for index, box in enumerate(check_boxes(boxes)):
+            region = _patch_region(image.shape, box, shape)
+            if isinstance(region, str):
+                logging.warning("Box %d %s %s: encoding a grey patch for it",
+                                index, tuple(box.tolist()), region)
+                patches.append(np.full(shape, 128, np.uint8))
+            else:
+                patches.append(_cut(image, region, shape))
         if not patches:
             return np.zeros((0, encoder.feature_dim), np.float32)
         return encoder(np.stack(patches), batch_size)

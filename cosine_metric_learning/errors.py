@@ -2,6 +2,9 @@
 go on."""
 
 import re
+import sys
+
+from absl import flags
 
 
 class UsageError(ValueError):
@@ -20,3 +23,13 @@ def first_line(error):
     text = text.splitlines()[0] if text else type(error).__name__
     return re.sub(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]$", "",
                   text)
+
+
+def parse_flags(argv):
+    """absl's flag parser for ``app.run``: a bad flag (unknown, out of its
+    choices, missing) is one line on stderr and exit status 2."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        print("error: " + "; ".join(str(e).splitlines()), file=sys.stderr)
+        sys.exit(2)

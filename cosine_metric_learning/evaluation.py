@@ -19,17 +19,26 @@ import numpy as np
 import scipy.io
 import tensorflow as tf
 from absl import logging
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, PngImagePlugin
 from tensorboard.compat.proto import event_pb2
 
 from cosine_metric_learning import checkpoints, files, metrics
 from cosine_metric_learning import preprocessing
-from cosine_metric_learning import queued_trainer
-from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning import queued_trainer, run_settings
+from cosine_metric_learning.errors import TrainingError, UsageError
+from cosine_metric_learning.errors import first_line
 from datasets import util as dataset_util
 from nets.deep_sort import network_definition
 
 PRECISION_TAG = "Precision@1"
+
+# What the modes write; an existing file is replaced only if it is one
+RESULTS_JSON = files.json_kind(
+    {"dataset", "mAP"}, "test numbers written by --mode=test (a JSON object "
+    "with 'dataset' and 'mAP')")
+KIT_FEATURES = files.mat_kind(
+    {"features"}, "a feature file written by --mode=export (a .mat holding "
+    "'features' only)")
 
 
 # Encoding -------------------------------------------------------------------
@@ -145,6 +154,8 @@ def evaluate_checkpoints(dataset, config):
     config.validate()
     run_dir = os.path.join(config.log_dir, config.run_id)
     eval_dir = os.path.join(config.eval_log_dir, config.run_id)
+    run_settings.check(run_dir, run_settings.settings(
+        dataset.name, config.loss_mode, dataset.image_shape), "evaluate")
     filenames, ids, cameras = read_validation_data(dataset,
                                                    config.dataset_dir)
     encoder = network_definition.create_encoder(dataset.image_shape)
@@ -160,6 +171,8 @@ def evaluate_checkpoints(dataset, config):
     last_new = time.time()
     final_step_done = False
 
+    data = {"filenames": filenames, "ids": ids, "cameras": cameras}
+
     def evaluate(path):
         step = checkpoints.checkpoint_step(path)
         if step in done_steps:
@@ -167,8 +180,12 @@ def evaluate_checkpoints(dataset, config):
                          path)
             return step
         checkpoints.restore(path, encoder=encoder)
+        try:
+            features = encode_readable(encode, data, dataset.image_shape)
+        except TrainingError as e:
+            raise _DataError(str(e)) from e  # not the checkpoint's fault
         values = metrics.validation_cmc(
-            encode(filenames), ids, cameras,
+            features, data["ids"], data["cameras"],
             dataset.num_validation_galleries, metric)
         _write_scalars(writer, step, values)
         done_steps.add(step)
@@ -189,11 +206,21 @@ def evaluate_checkpoints(dataset, config):
             return f"no new checkpoint for {time.time() - last_new:.0f} s"
         return None
 
+    warned_empty = False
     while stop_reason() is None:
-        for path in pending_checkpoints(run_dir, handled):
+        pending = pending_checkpoints(run_dir, handled)
+        if not pending and not handled and not warned_empty:
+            logging.warning("No checkpoint in %s yet%s: waiting for one "
+                            "(is --log_dir/--run_id the training run's?)",
+                            run_dir, "" if os.path.isdir(run_dir)
+                            else " (the folder does not exist)")
+            warned_empty = True
+        for path in pending:
             last_new = time.time()
             try:
                 step = evaluate(path)
+            except _DataError as e:
+                raise TrainingError(str(e)) from None
             except (tf.errors.OpError, UsageError, ValueError) as e:
                 # deleted or still being written: try again at the next poll
                 failures[path] = failures.get(path, 0) + 1
@@ -216,6 +243,43 @@ def evaluate_checkpoints(dataset, config):
     return results
 
 
+class _DataError(Exception):
+    """The validation images, not the checkpoint, cannot be encoded."""
+
+
+def encode_readable(encode, data, image_shape):
+    """Features of ``data["filenames"]``; unreadable files are skipped.
+
+    ``data`` holds arrays with a row per image (``filenames``, ``ids``,
+    ``cameras``); the rows of an unreadable image are removed from all of
+    them, with a warning naming it, so later checkpoints are evaluated on
+    the same images.
+
+    Raises
+    ------
+    TrainingError
+        When the images cannot be encoded and no one file is to blame.
+    """
+    while True:
+        try:
+            return encode(data["filenames"])
+        except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
+            bad = preprocessing.unreadable_files(data["filenames"],
+                                                 image_shape)
+            if not bad:
+                raise TrainingError(f"cannot encode the validation images: "
+                                    f"{first_line(e)}") from e
+        for index, error in bad.items():
+            logging.warning("Skipping unreadable validation image '%s': %s",
+                            data["filenames"][index], first_line(error))
+        keep = np.ones(len(data["filenames"]), bool)
+        keep[list(bad)] = False
+        if not np.any(keep):
+            raise TrainingError("none of the validation images is readable")
+        for key in data:
+            data[key] = data[key][keep]
+
+
 def pending_checkpoints(run_dir, handled):
     """Checkpoints of a run not yet in ``handled``, oldest first."""
     state = tf.train.get_checkpoint_state(run_dir)
@@ -234,16 +298,33 @@ def _write_scalars(writer, step, values):
 # The standard test protocol -------------------------------------------------
 
 def test_features(dataset, restore_path, dataset_dir, batch_size,
-                  flip_test=False):
-    """Encode the test split; returns ``(split, image features, path)``."""
-    split = dataset.read_test(dataset_dir)
+                  flip_test=False, split=None):
+    """Encode the test split (read unless given); returns ``(split, image
+    features, checkpoint path)``."""
+    if split is None:
+        split = dataset.read_test(dataset_dir)
     encoder, path = checkpoints.load_encoder(restore_path,
                                              dataset.image_shape)
     encode = make_encode_fn(encoder, dataset.image_shape, batch_size,
                             flip_test)
     logging.info("Encoding %d test images with %s", len(split.filenames),
                  path)
-    return split, encode(split.filenames), path
+    try:
+        return split, encode(split.filenames), path
+    except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
+        bad = preprocessing.unreadable_files(split.filenames,
+                                             dataset.image_shape)
+        if not bad:
+            raise
+        index, error = next(iter(bad.items()))
+        raise UsageError(
+            f"cannot read test image '{split.filenames[index]}' "
+            f"({first_line(error)}){_and_more(len(bad))}; the standard "
+            "protocol needs every image of the test split") from e
+
+
+def _and_more(count):
+    return f" and {count - 1} more" if count > 1 else ""
 
 
 def evaluate_split(split, features, metric):
@@ -260,6 +341,10 @@ def evaluate_split(split, features, metric):
 def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
              flip_test=False, output_json=None, rank_image=None):
     """``--mode=test``: print and return rank-k CMC and mAP."""
+    if output_json:
+        files.check_output(output_json, RESULTS_JSON)
+    if rank_image:
+        files.check_output(rank_image, files.PNG)
     split, features, path = test_features(dataset, restore_path, dataset_dir,
                                           batch_size, flip_test)
     metric = metrics.metric_for_loss(loss_mode)
@@ -269,8 +354,8 @@ def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
                    flip_test=flip_test)
     print(format_table(summary))
     if output_json:
-        files.write_atomically(output_json, lambda f: json.dump(summary, f,
-                                                           indent=2))
+        files.write_atomically(output_json, lambda f: json.dump(
+            summary, f, indent=2), RESULTS_JSON)
         print(f"wrote {output_json}")
     if rank_image:
         draw_rank_image(rank_image, split, distances)
@@ -326,8 +411,10 @@ def draw_rank_image(path, split, distances, num_queries=8, top=10,
             match = split.gallery_ids[g] == q_id
             paste(split.gallery_groups[g], col, row,
                   (0, 170, 0) if match else (220, 0, 0))
-    files.write_atomically(path, lambda f: canvas.save(f, format="PNG"),
-                      binary=True)
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Software", files.PNG_SOFTWARE)
+    files.write_atomically(path, lambda f: canvas.save(
+        f, format="PNG", pnginfo=info), files.PNG, binary=True)
 
 
 # Export -----------------------------------------------------------------------
@@ -341,17 +428,20 @@ def export_features(dataset, restore_path, dataset_dir, output_dir,
     list of str
         The files written.
     """
-    split, features, _ = test_features(dataset, restore_path, dataset_dir,
-                                       batch_size)
     try:
         os.makedirs(output_dir, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot create {output_dir}: {e.strerror}") from e
+    split = dataset.read_test(dataset_dir)
+    for name in split.exports:
+        files.check_output(os.path.join(output_dir, name), KIT_FEATURES)
+    split, features, _ = test_features(dataset, restore_path, dataset_dir,
+                                       batch_size, split=split)
     written = []
     for name, indices in split.exports.items():
         path = os.path.join(output_dir, name)
         files.write_atomically(path, lambda f, i=indices: scipy.io.savemat(
-            f, {"features": features[i]}), binary=True)
+            f, {"features": features[i]}), KIT_FEATURES, binary=True)
         logging.info("Wrote %s: features %s", path, features[indices].shape)
         written.append(path)
     return written

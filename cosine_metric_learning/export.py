@@ -9,10 +9,11 @@ no dropout, no optimizer or input queue).
 
 import glob
 import os
-import tempfile
+import re
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
 from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python.framework import convert_to_constants
@@ -74,11 +75,54 @@ def _fold_constants(graph_def):
     return tf_optimizer.OptimizeGraph(config, meta_graph)
 
 
+def _is_frozen_encoder(path):
+    graph_def = graph_pb2.GraphDef()
+    with open(path, "rb") as f:
+        graph_def.ParseFromString(f.read())
+    names = {node.name for node in graph_def.node}
+    return {INPUT_NAME, OUTPUT_NAME} <= names
+
+
+# What each exporter writes; an existing output is replaced only if it is
+# recognisably the same kind (see files.check_output).
+FROZEN_GRAPH = files.Kind(
+    f"a frozen encoder graph ('{INPUT_NAME}' -> '{OUTPUT_NAME}')",
+    _is_frozen_encoder)
+SAVED_MODEL_ENTRIES = {"saved_model.pb", "saved_model.pbtxt", "variables",
+                       "assets", "fingerprint.pb", "keras_metadata.pb"}
+SAVED_MODEL = files.Kind(
+    "a SavedModel folder (saved_model.pb, variables/ and nothing else)",
+    lambda p: tf.saved_model.contains_saved_model(p) and
+    set(os.listdir(p)) <= SAVED_MODEL_ENTRIES,
+    is_dir=True)
+
+
+def _is_checkpoint_index(path):
+    tf.train.load_checkpoint(path[:-len(".index")])
+    return True
+
+
+CHECKPOINT_INDEX = files.Kind("the index of a TensorFlow checkpoint",
+                              _is_checkpoint_index)
+
+
+def check_checkpoint_prefix(prefix):
+    """Raise a UsageError unless ``prefix.index`` and its data files can be
+    written as an encoder checkpoint."""
+    if os.path.isdir(prefix):
+        raise UsageError(f"--output={prefix} is a folder; expected a "
+                         "checkpoint prefix such as market1501.ckpt (written "
+                         "as <prefix>.index and <prefix>.data-*)")
+    files.check_output(prefix + ".index", CHECKPOINT_INDEX)
+    return prefix
+
+
 def freeze(encoder, path, image_shape):
     """Write the Deep SORT frozen graph (``images`` -> ``features``) to path."""
+    files.check_output(path, FROZEN_GRAPH)
     graph_def = frozen_graph_def(encoder, image_shape)
     files.write_atomically(path, lambda f: f.write(
-        graph_def.SerializeToString()), binary=True)
+        graph_def.SerializeToString()), FROZEN_GRAPH, binary=True)
     logging.info("Wrote %s (%d nodes)", path, len(graph_def.node))
     return path
 
@@ -103,10 +147,13 @@ def write_saved_model(encoder, directory, image_shape):
     ``serving_default`` takes ``images_bgr`` (uint8, BGR, ``(N, H, W, 3)``)
     and returns ``{"features": float32 (N, 128)}``.
     """
+    files.check_output(directory, SAVED_MODEL)
     module = _Serving(encoder, image_shape)
     signature = module.serve.get_concrete_function()
-    _replace_dir(directory, lambda tmp: tf.saved_model.save(
-        module, tmp, signatures={"serving_default": signature}))
+    files.replace_dir_atomically(
+        directory, lambda tmp: tf.saved_model.save(
+            module, tmp, signatures={"serving_default": signature}),
+        SAVED_MODEL, errors=(tf.errors.OpError,))
     logging.info("Wrote SavedModel %s", directory)
     return directory
 
@@ -116,13 +163,15 @@ def write_encoder_checkpoint(encoder, prefix):
 
     Returns the prefix; the other modes take it as ``--restore_path``.
     """
-    directory = os.path.dirname(os.path.abspath(prefix)) or "."
-    files.check_writable(directory, prefix)
+    check_checkpoint_prefix(prefix)
+    directory = os.path.dirname(os.path.abspath(prefix))
     tmp = os.path.join(directory, f".{os.path.basename(prefix)}.tmp")
     try:
         written = tf.train.Checkpoint(encoder=encoder).write(tmp)
+        # the earlier checkpoint's files (its index was recognised above)
         for old in glob.glob(glob.escape(prefix) + ".*"):
-            if old.endswith(".index") or ".data-" in old:
+            if old == prefix + ".index" or re.fullmatch(
+                    r"\.data-\d{5}-of-\d{5}", old[len(prefix):]):
                 os.remove(old)
         for part in glob.glob(glob.escape(written) + ".*"):
             os.replace(part, prefix + part[len(written):])
@@ -133,27 +182,3 @@ def write_encoder_checkpoint(encoder, prefix):
                          f"{getattr(e, 'strerror', None) or e}") from e
     logging.info("Wrote encoder checkpoint %s", prefix)
     return prefix
-
-
-def _replace_dir(directory, write):
-    """Let ``write(tmp_dir)`` fill a temporary folder, then move it in place."""
-    directory = os.path.abspath(directory)
-    parent = os.path.dirname(directory)
-    files.check_writable(parent, directory)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.",
-                           dir=parent)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o777 & ~files.umask())  # mkdtemp made it private
-        if os.path.isdir(directory):
-            old = tmp + ".old"
-            os.rename(directory, old)
-            os.rename(tmp, directory)
-            tf.io.gfile.rmtree(old)
-        else:
-            os.rename(tmp, directory)
-    except (OSError, tf.errors.OpError) as e:
-        if os.path.isdir(tmp):
-            tf.io.gfile.rmtree(tmp)
-        raise UsageError(f"cannot write {directory}: "
-                         f"{getattr(e, 'strerror', None) or e}") from e

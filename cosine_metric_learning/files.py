@@ -1,9 +1,83 @@
-"""Writing output files so that a failure never leaves half a file behind."""
+"""Writing output files: never half a file, never over a file of the user's.
 
+Every output has a :class:`Kind` that recognises an earlier output of the
+same kind. :func:`check_output` refuses, with one line naming the path, to
+replace anything else (a folder of the user's files, a photo, a
+``package.json``); the writers call it first, and the modes call it before
+their work so a bad path fails at once.
+"""
+
+import dataclasses
+import json
 import os
+import shutil
 import tempfile
+from typing import Callable
+
+import scipy.io
+from PIL import Image
 
 from cosine_metric_learning.errors import UsageError
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+NPY_MAGIC = b"\x93NUMPY"
+# the tEXt chunk that marks the PNG files this project draws
+PNG_SOFTWARE = "cosine_metric_learning"
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """What an output is, to tell whether an existing path may be replaced.
+
+    ``recognise(path)`` is True for an earlier output of this kind (where
+    it raises, the path is not one). ``is_dir``: the output is a folder.
+    """
+    description: str
+    recognise: Callable[[str], bool]
+    is_dir: bool = False
+
+    def matches(self, path):
+        """Whether ``path`` is an earlier output of this kind."""
+        if os.path.islink(path) or os.path.isdir(path) != self.is_dir:
+            return False
+        try:
+            return bool(self.recognise(path))
+        except Exception:  # unreadable or another format: not ours
+            return False
+
+
+def _starts_with(path, magic):
+    with open(path, "rb") as f:
+        return f.read(len(magic)) == magic
+
+
+def mat_kind(keys, description):
+    """A MATLAB file holding nothing but (some of) ``keys``."""
+    def recognise(path):
+        names = {name for name, _, _ in scipy.io.whosmat(path)}
+        return bool(names) and names <= set(keys)
+    return Kind(description, recognise)
+
+
+def json_kind(keys, description):
+    """A JSON object with all of ``keys``."""
+    def recognise(path):
+        with open(path) as f:
+            value = json.load(f)
+        return isinstance(value, dict) and set(keys) <= set(value)
+    return Kind(description, recognise)
+
+
+def _is_own_png(path):
+    if not _starts_with(path, PNG_MAGIC):
+        return False
+    with Image.open(path) as image:
+        image.load()
+        return image.info.get("Software") == PNG_SOFTWARE
+
+
+PNG = Kind("a PNG picture drawn by cosine_metric_learning", _is_own_png)
+NPY = Kind("a NumPy .npy file", lambda p: _starts_with(p, NPY_MAGIC))
 
 
 def check_writable(directory, path):
@@ -16,25 +90,44 @@ def check_writable(directory, path):
                          "writable")
 
 
+def check_output(path, kind):
+    """Raise a UsageError unless ``path`` can be written as a ``kind``.
+
+    Its folder must exist and be writable; an existing ``path`` is replaced
+    only if ``kind`` recognises it as an earlier output of the same kind.
+    """
+    check_writable(os.path.dirname(os.path.abspath(path)), path)
+    if os.path.lexists(path) and not kind.matches(path):
+        what = "folder" if os.path.isdir(path) else "file"
+        raise UsageError(f"refusing to replace {path}: the existing {what} "
+                         f"is not {kind.description}; remove it or choose "
+                         "another path")
+    return path
+
+
 def umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
-def write_atomically(path, write, binary=False):
+def write_atomically(path, write, kind, binary=False):
     """Let ``write(file)`` fill a temporary file, then rename it to ``path``.
 
     Raises
     ------
     UsageError
-        If the folder does not exist or the file cannot be written; the
+        If the folder does not exist, ``path`` is something other than a
+        ``kind`` (see :func:`check_output`) or cannot be written; the
         temporary file is removed and ``path`` is left as it was.
     """
+    check_output(path, kind)
     directory = os.path.dirname(os.path.abspath(path))
-    check_writable(directory, path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.",
-                               dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.",
+                                   dir=directory)
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror}") from e
     try:
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
@@ -45,3 +138,44 @@ def write_atomically(path, write, binary=False):
             os.remove(tmp)
         raise UsageError(f"cannot write {path}: {e.strerror}") from e
     return path
+
+
+def replace_dir_atomically(directory, write, kind, errors=()):
+    """Let ``write(tmp_dir)`` fill a temporary folder, then move it to
+    ``directory``, replacing an earlier output of ``kind`` only.
+
+    ``errors``: exceptions of ``write`` besides OSError that mean the folder
+    cannot be written (a UsageError naming ``directory``); the temporary
+    folder is removed whatever happens.
+    """
+    directory = os.path.abspath(directory)
+    check_output(directory, kind)
+    parent = os.path.dirname(directory)
+    tmp = None
+    try:
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.",
+                               dir=parent)
+        write(tmp)
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp made it private
+        if os.path.isdir(directory):
+            old = tmp + ".old"
+            os.rename(directory, old)
+            try:
+                os.rename(tmp, directory)
+            except OSError:
+                os.rename(old, directory)  # put the earlier one back
+                raise
+            _rmtree(old)  # recognised as an earlier output above
+        else:
+            os.rename(tmp, directory)
+    except (OSError, *errors) as e:
+        raise UsageError(f"cannot write {directory}: "
+                         f"{getattr(e, 'strerror', None) or e}") from e
+    finally:
+        if tmp is not None and os.path.isdir(tmp):
+            _rmtree(tmp)
+    return directory
+
+
+def _rmtree(path):
+    shutil.rmtree(path, ignore_errors=True)

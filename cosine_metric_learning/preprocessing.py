@@ -64,3 +64,18 @@ def make_batch_loader(image_shape, training=False):
         return preprocess(inputs)
 
     return load
+
+
+def unreadable_files(filenames, image_shape):
+    """``{index: error}`` of the files that cannot be read and decoded.
+
+    One file at a time, to find which files of a batch that failed as a
+    whole are to blame.
+    """
+    bad = {}
+    for index, filename in enumerate(filenames):
+        try:
+            read_image(tf.constant(filename), image_shape)
+        except (tf.errors.OpError, ValueError) as e:
+            bad[index] = e
+    return bad

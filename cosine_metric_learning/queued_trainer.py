@@ -12,6 +12,7 @@ in the main thread as a :class:`ProducerError` naming the file or batch.
 """
 
 import threading
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -243,7 +244,6 @@ class QueuedTrainer:
                 self.queue.enqueue_many([load(inputs), labels])
 
         self._enqueue = enqueue
-        self._load_one = load  # re-run per input to find a bad file
         self._threads = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -263,6 +263,17 @@ class QueuedTrainer:
     def size(self):
         """Number of images in the queue now."""
         return int(self.queue.size())
+
+    def wait_for(self, num_images, stop=lambda: False, poll_secs=0.05):
+        """Block until the queue holds ``num_images``, the producers have
+        finished or ``stop()`` is true; a producer's failure is raised."""
+        while self.size() < num_images and not stop():
+            self.raise_if_failed()
+            with self._lock:
+                if self._num_finished == self.num_threads:
+                    break
+            time.sleep(poll_secs)
+        self.raise_if_failed()
 
     def raise_if_failed(self):
         """Raise the first producer failure, if any, in the calling thread."""
@@ -359,11 +370,7 @@ class QueuedTrainer:
         inputs = np.array(inputs)
         bad = {}
         if inputs.dtype.kind in "SUO":
-            for j, item in enumerate(inputs):
-                try:
-                    self._load_one(tf.constant([item]))
-                except Exception as e:
-                    bad[j] = e
+            bad = preprocessing.unreadable_files(inputs, self.image_shape)
         if not bad:  # it fails as a whole only: not one file's fault
             self._fail(f"producer-{index}: failed on a batch of "
                        f"{len(inputs)} inputs", None)
@@ -375,18 +382,26 @@ class QueuedTrainer:
                            f"{first_line(error)}", error)
                 return None
             with self._lock:
+                if self._error is not None:  # another producer gave up
+                    return None
                 new = name not in self.unreadable
                 self.unreadable.add(name)
                 count = len(self.unreadable)
-            if new:
-                logging.warning("Skipping unreadable image '%s': %s", name,
-                                first_line(error))
-            if count > self.max_unreadable:
-                examples = ", ".join(f"'{n}'" for n in
-                                     sorted(self.unreadable)[:3])
-                self._fail(f"{count} training images are unreadable, more "
-                           f"than the {self.max_unreadable} allowed; e.g. "
-                           f"{examples}", error, UnreadableDataError)
+                if new:
+                    logging.warning("Skipping unreadable image '%s': %s",
+                                    name, first_line(error))
+                too_many = count > self.max_unreadable
+                if too_many:  # counted and failed under one lock: the
+                    # message's count is the number of warnings above
+                    examples = ", ".join(f"'{n}'" for n in
+                                         sorted(self.unreadable)[:3])
+                    self._error = (
+                        UnreadableDataError,
+                        f"{count} training images are unreadable, more than "
+                        f"the {self.max_unreadable} allowed; e.g. "
+                        f"{examples}", error)
+            if too_many:
+                self._fail(self._error[1], error)
                 return None
         readable = [k for k in range(len(inputs)) if k not in bad]
         for j in bad:

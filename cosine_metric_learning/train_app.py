@@ -22,10 +22,11 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from cosine_metric_learning import checkpoints, evaluation, export, losses
-from cosine_metric_learning import queued_trainer
+from cosine_metric_learning import checkpoints, evaluation, export, files
+from cosine_metric_learning import losses
+from cosine_metric_learning import queued_trainer, run_settings
 from cosine_metric_learning.errors import TrainingError, UsageError
-from cosine_metric_learning.errors import first_line
+from cosine_metric_learning.errors import first_line, parse_flags
 from datasets import image_folder
 from datasets import util as dataset_util
 from nets.deep_sort import network_definition
@@ -353,6 +354,14 @@ def create_strategy(name, devices=None):
                  if d.device_type in ("GPU", "CPU")]
     if devices:
         wanted = [d.strip() for d in devices.split(",") if d.strip()]
+        for d in wanted:
+            try:
+                tf.DeviceSpec.from_string(d)
+            except ValueError:
+                raise UsageError(
+                    f"--devices={devices}: '{d}' is not a device name; "
+                    "expected comma-separated names such as /gpu:0,/gpu:1; "
+                    f"available: {', '.join(available)}") from None
         unknown = [d for d in wanted
                    if tf.DeviceSpec.from_string(d).to_string() not in
                    {tf.DeviceSpec.from_string(a).to_string()
@@ -393,6 +402,37 @@ def _continue(checkpoint, objects, path, config):
         raise mismatch(first_line(e)) from e
 
 
+def newest_complete_checkpoint(run_dir):
+    """The newest checkpoint of a run that can be read in full.
+
+    A damaged newer one (a truncated data file, a bad index) is named in a
+    warning and passed over: the run continues from the one before, and
+    trains the steps in between again. UsageError if none is complete.
+    """
+    state = tf.train.get_checkpoint_state(run_dir)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    if state and state.model_checkpoint_path not in paths:
+        paths.append(state.model_checkpoint_path)
+    damaged = []
+    for path in reversed(paths):
+        try:
+            checkpoints.verify(path)
+        except checkpoints.DamagedCheckpointError as e:
+            damaged.append(str(e))
+            continue
+        except UsageError:  # its files are gone
+            continue
+        if damaged:
+            logging.warning("%s; continuing from the newest complete "
+                            "checkpoint %s (step %d) instead",
+                            "; ".join(damaged), path,
+                            checkpoints.checkpoint_step(path))
+        return path
+    raise UsageError(f"{'; '.join(damaged) or 'no checkpoint is readable'}"
+                     f"; no complete checkpoint of {run_dir} to continue "
+                     "from: choose another --run_id")
+
+
 def train(dataset, config):
     """Train until ``number_of_steps`` or a stop signal.
 
@@ -427,6 +467,12 @@ def train(dataset, config):
     if not os.access(config.run_dir, os.W_OK):
         raise UsageError(f"--log_dir={config.log_dir}: {config.run_dir} is "
                          "not writable")
+    settings = run_settings.settings(dataset.name, config.loss_mode,
+                                     dataset.image_shape)
+    has_checkpoint = tf.train.get_checkpoint_state(config.run_dir) is not None
+    if not (has_checkpoint and run_settings.check(config.run_dir, settings)) \
+            and chief:
+        run_settings.record(config.run_dir, settings)
     if dataset.label_names is not None:
         path = image_folder.write_label_map(config.run_dir,
                                             dataset.label_names,
@@ -457,10 +503,12 @@ def train(dataset, config):
     save_dir = config.run_dir if chief else tempfile.mkdtemp()
     manager = tf.train.CheckpointManager(checkpoint, save_dir,
                                          max_to_keep=None)
+    last_path = None
     if manager.latest_checkpoint:
-        _continue(checkpoint, objects, manager.latest_checkpoint, config)
+        last_path = newest_complete_checkpoint(config.run_dir)
+        _continue(checkpoint, objects, last_path, config)
         logging.info("Continuing %s from %s (step %d)", config.run_dir,
-                     manager.latest_checkpoint, int(step.numpy()))
+                     last_path, int(step.numpy()))
     elif config.restore_path:
         warm_start(model, config.restore_path, config.restore_classifier)
 
@@ -503,24 +551,32 @@ def train(dataset, config):
         if not all(np.all(np.isfinite(v.numpy())) for v in model.variables):
             raise TrainingError(
                 f"the weights are not finite at step {current}: not saving "
-                f"them; the last checkpoint {last_path} is kept")
+                f"them; {_kept(last_path)}")
         try:
             path = manager.save(checkpoint_number=current)
         except (OSError, tf.errors.OpError) as e:
             _remove_partial_checkpoint(config.run_dir, current)
             raise TrainingError(
                 f"cannot save a checkpoint in {config.run_dir}: "
-                f"{first_line(e)}; the last checkpoint {last_path} is "
-                "intact") from e
+                f"{first_line(e)}; {_kept(last_path, 'is intact')}") from e
         logging.info("Saved checkpoint %s (%s)", path, reason)
         return path
 
-    last_path = manager.latest_checkpoint
-    if last_path is None:  # the evaluator's baseline: the initial weights
-        last_path = save("initial weights")
     saved_step = int(step.numpy())
     try:
+        if done():
+            logging.warning("%s is at step %d, already at --number_of_steps="
+                            "%d: nothing to train (raise --number_of_steps "
+                            "to train on)", config.run_dir, saved_step,
+                            config.number_of_steps)
+            return TrainResult(saved_step, last_path if chief else None)
         with _StopSignal() as stop, trainer:
+            if last_path is None:
+                # the evaluator's baseline, the initial weights, once the
+                # input is known to be readable
+                trainer.wait_for(per_replica,
+                                 stop=lambda: stop.received is not None)
+                last_path = save("initial weights")
             now = time.time()
             last_save = last_summary = last_log = now
             log_step = int(step.numpy())
@@ -575,13 +631,19 @@ def train(dataset, config):
                        stop.received)
 
 
+def _kept(last_path, state="is kept"):
+    if last_path is None:
+        return "no checkpoint of this run was saved before"
+    return f"the last checkpoint {last_path} {state}"
+
+
 def _non_finite_message(step, scalars, last_path):
     terms = ", ".join(f"{name[len('losses/'):]}={float(value):.4g}"
                       for name, value in sorted(scalars.items())
                       if name.startswith("losses/"))
     return (f"the loss is not finite at step {step} ({terms}); stopping "
-            f"without saving: the last checkpoint {last_path} is kept. A "
-            "lower --learning_rate may help")
+            f"without saving: {_kept(last_path)}. A lower --learning_rate "
+            "may help")
 
 
 def _remove_partial_checkpoint(run_dir, step):
@@ -758,22 +820,27 @@ def run_mode(dataset):
             print(f"wrote {path}")
         return 0
     if mode in EXPORTERS:
-        write, default = EXPORTERS[mode]
+        write, check, default = EXPORTERS[mode]
+        output = FLAGS.output or default.format(name=dataset.name)
+        check(output)  # before the work: a bad path fails at once
         encoder, path = checkpoints.load_encoder(restore_path_from_flags(),
                                                  dataset.image_shape)
-        output = FLAGS.output or default.format(name=dataset.name)
         print(f"wrote {write(encoder, output, dataset.image_shape)} "
               f"(encoder of {path})")
         return 0
     raise UsageError(f"--mode={mode.value}: unknown mode")
 
 
-# mode -> (writer(encoder, output, image_shape), default output)
+# mode -> (writer(encoder, output, image_shape), check(output), default
+# output); check refuses a path the writer would not replace
 EXPORTERS = {
-    Mode.FREEZE: (export.freeze, "{name}.pb"),
+    Mode.FREEZE: (export.freeze, lambda output: files.check_output(
+        output, export.FROZEN_GRAPH), "{name}.pb"),
     Mode.FINALIZE: (lambda encoder, output, _: export.write_encoder_checkpoint(
-        encoder, output), "{name}.ckpt"),
-    Mode.SAVED_MODEL: (export.write_saved_model, "{name}_saved_model"),
+        encoder, output), export.check_checkpoint_prefix, "{name}.ckpt"),
+    Mode.SAVED_MODEL: (export.write_saved_model, lambda output:
+                       files.check_output(output, export.SAVED_MODEL),
+                       "{name}_saved_model"),
 }
 
 
@@ -790,7 +857,9 @@ def main(dataset, make_dataset=None, extra_flags=None):
 
     def _main(argv):
         if len(argv) > 1:
-            raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+            print(f"error: unexpected arguments: {' '.join(argv[1:])}; "
+                  "flags are written --name=value", file=sys.stderr)
+            return 2
         try:
             spec = dataset if make_dataset is None else make_dataset(dataset,
                                                                      FLAGS)
@@ -802,4 +871,5 @@ def main(dataset, make_dataset=None, extra_flags=None):
             print(f"error: {e}", file=sys.stderr)
             return 1
 
-    app.run(_main)
+    app.run(_main, flags_parser=parse_flags)
+

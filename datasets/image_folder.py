@@ -107,13 +107,18 @@ def _read_identity_folders(root, camera_regex):
     return filenames, names, cameras
 
 
+LABEL_MAP = files.json_kind({"source", "labels"},
+                            "a label map (a JSON object with 'source' and "
+                            "'labels')")
+
+
 def write_label_map(directory, identity_names, source):
     """Save ``label -> identity`` as ``labels.json`` in ``directory``."""
     return files.write_atomically(
         os.path.join(directory, LABEL_MAP_NAME), lambda f: json.dump(
             {"source": os.path.abspath(source),
              "labels": {str(i): n for i, n in enumerate(identity_names)}},
-            f, indent=1))
+            f, indent=1), LABEL_MAP)
 
 
 def parse_image_shape(text):

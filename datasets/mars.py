@@ -15,8 +15,9 @@ from cosine_metric_learning.errors import UsageError
 
 MAX_LABEL = 1500
 IMAGE_SHAPE = (128, 64, 3)  # images are 256x128 on disk, resized for the net
-LAYOUT = ("the MARS evaluation kit layout (bbox_train/, bbox_test/, "
-          "info/train_name.txt, info/test_name.txt)")
+LAYOUT = ("the MARS evaluation kit layout (bbox_train/ and bbox_test/ with "
+          "a folder per person id, e.g. bbox_test/0002/0002C1T0001F001.jpg, "
+          "and info/train_name.txt, info/test_name.txt)")
 
 
 def parse_filename(name):
@@ -83,6 +84,7 @@ def read_test_protocol(dataset_dir):
         ``test_name.txt`` order.
     """
     filenames, _, _, _ = read_test_split_to_str(dataset_dir)
+    util.require_files(filenames, "MARS test image", LAYOUT)
     tracks = _load_mat(dataset_dir, "tracks_test_info.mat",
                        "track_test_info").astype(np.int64)
     query_rows = _load_mat(dataset_dir, "query_IDX.mat",

@@ -44,6 +44,28 @@ def require_file(path, what, layout):
         raise UsageError(f"{what} not found: '{path}'; expected {layout}")
 
 
+def require_files(paths, what, layout):
+    """Raise a UsageError naming the first of ``paths`` that is missing.
+
+    Lists each folder once instead of asking for every file.
+    """
+    listed = {}
+    missing = []
+    for path in paths:
+        folder, name = os.path.split(path)
+        if folder not in listed:
+            try:
+                listed[folder] = set(os.listdir(folder))
+            except OSError:
+                listed[folder] = set()
+        if name not in listed[folder]:
+            missing.append(path)
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise UsageError(f"{what} not found: '{missing[0]}'{more}; expected "
+                         f"{layout}")
+
+
 @dataclasses.dataclass
 class TestSplit:
     """A test split as the standard protocol sees it.

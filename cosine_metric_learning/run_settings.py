@@ -1,0 +1,71 @@
+"""The settings of a training run that must not change when it continues.
+
+They are saved as ``run.json`` beside the run's checkpoints when it starts;
+continuing the run (or evaluating it) with another loss, input size or
+dataset is refused with one line, because the checkpoints alone cannot tell
+a triplet run from a magnet run.
+"""
+
+import json
+import os
+
+from cosine_metric_learning import files
+from cosine_metric_learning.errors import UsageError
+
+FILENAME = "run.json"
+# setting -> how it is written on the command line
+FLAGS = {"loss_mode": "--loss_mode", "image_shape": "--image_shape",
+         "dataset": "the dataset"}
+KIND = files.json_kind(set(FLAGS), "the settings of a training run "
+                       f"({', '.join(FLAGS)})")
+
+
+def settings(dataset_name, loss_mode, image_shape):
+    """The settings to record, as JSON values."""
+    return {"dataset": dataset_name, "loss_mode": loss_mode,
+            "image_shape": [int(d) for d in image_shape]}
+
+
+def read(run_dir):
+    """The recorded settings of a run, or None if it has none."""
+    path = os.path.join(run_dir, FILENAME)
+    if not os.path.isfile(path):
+        return None
+    if not KIND.matches(path):
+        raise UsageError(f"{path} is not {KIND.description}; remove it or "
+                         "choose another --run_id")
+    with open(path) as f:
+        return json.load(f)
+
+
+def _text(name, value):
+    if name == "image_shape":
+        return f"--image_shape={value[0]},{value[1]}"
+    if name == "dataset":
+        return f"dataset {value}"
+    return f"{FLAGS[name]}={value}"
+
+
+def check(run_dir, current, what="continue"):
+    """Raise a UsageError if the recorded settings differ from ``current``.
+
+    Returns True if the run has recorded settings.
+    """
+    recorded = read(run_dir)
+    if recorded is None:
+        return False
+    for name in FLAGS:
+        if name in recorded and recorded[name] != current[name]:
+            raise UsageError(
+                f"cannot {what} {run_dir} with {_text(name, current[name])}: "
+                f"it was trained with {_text(name, recorded[name])} (see "
+                f"{os.path.join(run_dir, FILENAME)}); use that, or choose "
+                "another --run_id")
+    return True
+
+
+def record(run_dir, current):
+    """Write ``run.json``; returns its path."""
+    path = os.path.join(run_dir, FILENAME)
+    return files.write_atomically(
+        path, lambda f: json.dump(current, f, indent=1), KIND)

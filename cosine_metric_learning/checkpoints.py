@@ -102,12 +102,12 @@ def restore(path, **objects):
         If the checkpoint lacks one of ``objects`` or holds it with other
         variables or shapes.
     """
+    verify(path)
     saved = checkpoint_objects(path)
     missing = sorted(set(objects) - saved)
     if missing:
         raise UsageError(f"checkpoint {path} has no {' or '.join(missing)} "
                          f"(it has: {', '.join(sorted(saved))})")
-    verify(path)
     _check_shapes(path, objects)
     try:
         # read, not restore: restore adds a save_counter that an encoder-only
@@ -128,7 +128,7 @@ def _check_shapes(path, objects):
     shapes = {tuple(shape) for shape in
               reader(path).get_variable_to_shape_map().values()}
     for name, obj in objects.items():
-        for variable in getattr(obj, "variables", []):
+        for variable in getattr(obj, "weights", []):  # not RNG states
             if tuple(variable.shape) not in shapes:
                 hint = ("; was it trained at another input size? Pass the "
                         "--image_shape it was trained with"

@@ -31,8 +31,15 @@ def mars_dir(tmp_path_factory):
 
 
 def run_script(script, *args, timeout=300, **kwargs):
-    """Run an entry point of the repository in a real subprocess."""
+    """Run an entry point of the repository in a real subprocess.
+
+    ``script`` is a file of the repository, or ``-m`` followed by a module
+    in ``args``; ``cwd`` defaults to the repository.
+    """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    kwargs.setdefault("cwd", ROOT)
+    if script != "-m":
+        script = os.path.join(ROOT, script)
     return subprocess.run(
-        [sys.executable, os.path.join(ROOT, script), *args], cwd=ROOT,
-        env=env, capture_output=True, text=True, timeout=timeout, **kwargs)
+        [sys.executable, script, *args], env=env, capture_output=True,
+        text=True, timeout=timeout, **kwargs)

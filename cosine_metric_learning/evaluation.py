@@ -24,7 +24,7 @@ from tensorboard.compat.proto import event_pb2
 
 from cosine_metric_learning import checkpoints, files, metrics
 from cosine_metric_learning import preprocessing
-from cosine_metric_learning import queued_trainer, run_settings
+from cosine_metric_learning import queued_trainer
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import first_line
 from datasets import util as dataset_util
@@ -154,8 +154,6 @@ def evaluate_checkpoints(dataset, config):
     config.validate()
     run_dir = os.path.join(config.log_dir, config.run_id)
     eval_dir = os.path.join(config.eval_log_dir, config.run_id)
-    run_settings.check(run_dir, run_settings.settings(
-        dataset.name, config.loss_mode, dataset.image_shape), "evaluate")
     filenames, ids, cameras = read_validation_data(dataset,
                                                    config.dataset_dir)
     encoder = network_definition.create_encoder(dataset.image_shape)

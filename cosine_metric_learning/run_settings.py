@@ -1,9 +1,9 @@
 """The settings of a training run that must not change when it continues.
 
 They are saved as ``run.json`` beside the run's checkpoints when it starts;
-continuing the run (or evaluating it) with another loss, input size or
-dataset is refused with one line, because the checkpoints alone cannot tell
-a triplet run from a magnet run.
+continuing the run with another loss, input size or dataset is refused
+with one line, because the checkpoints alone cannot tell a triplet run from
+a magnet run.
 """
 
 import json
@@ -46,7 +46,7 @@ def _text(name, value):
     return f"{FLAGS[name]}={value}"
 
 
-def check(run_dir, current, what="continue"):
+def check(run_dir, current):
     """Raise a UsageError if the recorded settings differ from ``current``.
 
     Returns True if the run has recorded settings.
@@ -57,7 +57,7 @@ def check(run_dir, current, what="continue"):
     for name in FLAGS:
         if name in recorded and recorded[name] != current[name]:
             raise UsageError(
-                f"cannot {what} {run_dir} with {_text(name, current[name])}: "
+                f"cannot continue {run_dir} with {_text(name, current[name])}: "
                 f"it was trained with {_text(name, recorded[name])} (see "
                 f"{os.path.join(run_dir, FILENAME)}); use that, or choose "
                 "another --run_id")

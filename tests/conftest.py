@@ -43,3 +43,15 @@ def run_script(script, *args, timeout=300, **kwargs):
     return subprocess.run(
         [sys.executable, script, *args], env=env, capture_output=True,
         text=True, timeout=timeout, **kwargs)
+
+
+def small_config(dataset_dir, log_dir, **kwargs):
+    """A TrainConfig for a few quick triplet steps on a synthetic set."""
+    from cosine_metric_learning import train_app
+    settings = dict(batch_size=16, images_per_id=4, number_of_steps=2,
+                    num_enqueue_threads=2, queue_capacity=64,
+                    save_summaries_secs=3600, log_interval_secs=3600,
+                    loss_mode="triplet")
+    settings.update(kwargs)
+    return train_app.TrainConfig(dataset_dir=dataset_dir, log_dir=str(log_dir),
+                                 run_id="run", **settings)

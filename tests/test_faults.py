@@ -16,21 +16,11 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from cosine_metric_learning import queued_trainer, train_app
 from cosine_metric_learning.errors import TrainingError
-from tests.conftest import ROOT, run_script
+from tests.conftest import ROOT, run_script, small_config
 from train_market1501 import DATASET as MARKET
 
 pytestmark = pytest.mark.slow
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-
-
-def _config(dataset_dir, log_dir, **kwargs):
-    settings = dict(batch_size=16, images_per_id=4, number_of_steps=2,
-                    num_enqueue_threads=2, queue_capacity=64,
-                    save_summaries_secs=3600, log_interval_secs=3600,
-                    loss_mode="triplet")
-    settings.update(kwargs)
-    return train_app.TrainConfig(dataset_dir=dataset_dir, log_dir=str(log_dir),
-                                 run_id="run", **settings)
 
 
 def _train_args(dataset_dir, log_dir, *extra):
@@ -150,7 +140,7 @@ def test_unreadable_images_are_skipped_once_and_counted(
         market_dir, tmp_path, caplog):
     data, bad, identity = _corrupt_dataset(market_dir, tmp_path, 3)
     # 36 identities x 4 = 144: every batch draws from the damaged identity
-    config = _config(data, tmp_path, batch_size=144, queue_capacity=288,
+    config = small_config(data, tmp_path, batch_size=144, queue_capacity=288,
                      number_of_steps=2, max_unreadable_fraction=0.05,
                      save_summaries_secs=1e-6, log_interval_secs=1e-6)
     with caplog.at_level("WARNING"):
@@ -183,7 +173,7 @@ def test_too_many_unreadable_images_stop_the_run_naming_them(
 
 
 def test_non_finite_loss_stops_without_saving_it(market_dir, tmp_path):
-    config = _config(market_dir, tmp_path, learning_rate=1e30,
+    config = small_config(market_dir, tmp_path, learning_rate=1e30,
                      number_of_steps=20)
     with pytest.raises(TrainingError, match=r"the loss is not finite at step "
                        r"\d+ \(.*triplet_loss=.*weight_loss=") as info:

@@ -110,6 +110,13 @@ def test_rerun_continues_from_the_latest_checkpoint(market_dir, tmp_path):
 def test_continuing_a_run_with_another_loss_is_refused(market_dir, tmp_path):
     train_app.train(MARKET, _config(market_dir, tmp_path, number_of_steps=1,
                                     loss_mode="magnet"))
+    with pytest.raises(UsageError, match="with --loss_mode=cosine-softmax: "
+                       "it was trained with --loss_mode=magnet"):
+        train_app.train(MARKET, _config(market_dir, tmp_path,
+                                        number_of_steps=2,
+                                        loss_mode="cosine-softmax"))
+    # a run from before run.json: the checkpoint's contents still tell
+    os.remove(tmp_path / "run" / "run.json")
     with pytest.raises(UsageError, match="holds a checkpoint of another "
                                          "network or loss.*classifier"):
         train_app.train(MARKET, _config(market_dir, tmp_path,

@@ -15,10 +15,11 @@ import functools
 
 from absl import flags
 
-from cosine_metric_learning import train_app
+from cosine_metric_learning import cli, settings
 from datasets import image_folder
+from datasets.spec import DatasetSpec
 
-DATASET = train_app.DatasetSpec(
+DATASET = DatasetSpec(
     name="custom", num_classes=0, read_train=None,
     default_dataset_dir="./data/")
 
@@ -36,7 +37,7 @@ def define_flags():
 
 def make_dataset(template, values):
     """The dataset as the parsed flags describe it."""
-    shape = image_folder.parse_image_shape(values.image_shape)
+    shape = settings.parse_image_shape(values.image_shape)
 
     @functools.lru_cache(maxsize=None)
     def read_train(dataset_dir):
@@ -44,8 +45,8 @@ def make_dataset(template, values):
                                               values.camera_regex)
 
     num_classes, names = 0, None
-    if values.mode is train_app.Mode.TRAIN:
-        names = read_train(values.dataset_dir)[3]
+    if values.mode is cli.Mode.TRAIN:
+        names = read_train(values.dataset_dir).label_names
         num_classes = len(names)
     return dataclasses.replace(template, read_train=read_train,
                                num_classes=num_classes, label_names=names,
@@ -53,5 +54,5 @@ def make_dataset(template, values):
 
 
 if __name__ == "__main__":
-    train_app.main(DATASET, make_dataset=make_dataset,
-                   extra_flags=define_flags)
+    cli.main(DATASET, make_dataset=make_dataset,
+             extra_flags=define_flags)

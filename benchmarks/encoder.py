@@ -12,19 +12,17 @@ with the ratios to the Keras encoder::
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-from cosine_metric_learning import encoder as encoder_lib  # noqa: E402
-from cosine_metric_learning import export, preprocessing  # noqa: E402
-from nets.deep_sort import network_definition  # noqa: E402
+from cosine_metric_learning import encoder as encoder_lib
+from cosine_metric_learning import export, preprocessing
+from nets.deep_sort import network_definition
 
 
 def _rate(fn, patches, seconds):

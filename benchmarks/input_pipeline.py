@@ -16,20 +16,18 @@ a/d are printed at the end. Run from the repository root::
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-from cosine_metric_learning import preprocessing, queued_trainer  # noqa: E402
-from cosine_metric_learning import train_app  # noqa: E402
-from datasets import market1501, synthetic  # noqa: E402
-from train_market1501 import DATASET  # noqa: E402
+from cosine_metric_learning import preprocessing, queued_trainer
+from cosine_metric_learning import model as model_lib, sampling
+from datasets import market1501, synthetic
+from datasets.spec import MARKET1501 as DATASET
 
 
 def _steps_per_second(step, steps):
@@ -73,20 +71,20 @@ def main(argv=None):
         dataset_dir = args.dataset_dir or synthetic.write_market1501(
             os.path.join(tmp, "market"), num_train_ids=300, num_test_ids=2,
             num_distractors=0, num_junk=0)
-        filenames, ids, _ = market1501.read_train_split_to_str(dataset_dir)
-        filenames = np.asarray(filenames)
+        split = market1501.read_train_split_to_str(dataset_dir)
+        filenames, ids = split.filenames, split.ids
         per_id = 4
         shape = DATASET.image_shape
 
         def sampler():
-            return queued_trainer.random_sample_identities_forever(
+            return sampling.random_sample_identities_forever(
                 args.batch_size, per_id, filenames, ids, seed=0)
 
-        model = train_app.create_model(DATASET, "cosine-softmax")
-        optimizer = train_app.create_optimizer(1e-3)
+        model = model_lib.create_model(DATASET, "cosine-softmax")
+        optimizer = model_lib.create_optimizer(1e-3)
         optimizer.build(model.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64)
-        step_fn = train_app.make_train_step(model, optimizer,
+        step_fn = model_lib.make_train_step(model, optimizer,
                                             "cosine-softmax", step)
         on_batch = tf.function(step_fn)
         load = tf.function(preprocessing.make_batch_loader(shape, True))

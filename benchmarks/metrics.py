@@ -12,15 +12,13 @@ that both give the same numbers and prints the speed-up::
 
 import argparse
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from cosine_metric_learning import metrics  # noqa: E402
+from cosine_metric_learning import metrics
 
 
 def per_query_loop(distances, q_ids, g_ids, q_cams, g_cams, ranks):

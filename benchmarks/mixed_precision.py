@@ -11,18 +11,16 @@ their cosine::
 
 import argparse
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-from cosine_metric_learning import train_app  # noqa: E402
-from train_market1501 import DATASET  # noqa: E402
+from cosine_metric_learning import model as model_lib
+from datasets.spec import MARKET1501 as DATASET
+from nets.deep_sort import network_definition
 
 
 def main(argv=None):
@@ -39,11 +37,11 @@ def main(argv=None):
                          tf.int64)
     models, steps = {}, {}
     for precision in ("none", "bf16"):
-        model = train_app.create_model(DATASET, "cosine-softmax", precision)
-        optimizer = train_app.create_optimizer(1e-3, precision)
+        model = model_lib.create_model(DATASET, "cosine-softmax", precision)
+        optimizer = model_lib.create_optimizer(1e-3, precision)
         optimizer.build(model.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64)
-        fn = tf.function(train_app.make_train_step(model, optimizer,
+        fn = tf.function(model_lib.make_train_step(model, optimizer,
                                                    "cosine-softmax", step))
         fn(images, labels)  # trace
         models[precision], steps[precision] = model, fn
@@ -61,10 +59,7 @@ def main(argv=None):
 
     # Glorot-scaled kernels: a freshly initialised net maps every image to
     # nearly the same feature, which would agree trivially
-    init = keras.initializers.GlorotUniform(seed=1)
-    for layer in models["none"].encoder.layers:
-        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
-            layer.kernel.assign(init(layer.kernel.shape))
+    network_definition.spread_kernels(models["none"].encoder, seed=1)
     models["bf16"].encoder.set_weights(models["none"].encoder.get_weights())
     a = models["none"].encoder(images, training=False).numpy()
     b = models["bf16"].encoder(images, training=False).numpy()

@@ -3,6 +3,7 @@
 import os
 
 import tensorflow as tf
+from absl import logging
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from cosine_metric_learning.errors import UsageError, first_line
@@ -154,3 +155,76 @@ def load_encoder(path, image_shape, flag="--restore_path"):
     encoder = network_definition.create_encoder(tuple(image_shape))
     restore(prefix, encoder=encoder)
     return encoder, prefix
+
+
+def warm_start(model, path, restore_classifier):
+    """Initialise a new run's encoder (and classifier) from a checkpoint."""
+    path = resolve_checkpoint(path)
+    objects = {"encoder": model.encoder}
+    if restore_classifier and model.classifier is not None:
+        objects["classifier"] = model.classifier
+    restore(path, **objects)
+    logging.info("Initialised %s from %s", " and ".join(objects), path)
+
+
+# Continuing a run ---------------------------------------------------------
+
+def newest_complete(run_dir):
+    """The newest checkpoint of a run that can be read in full.
+
+    A damaged newer one (a truncated data file, a bad index) is named in a
+    warning and passed over: the run continues from the one before, and
+    trains the steps in between again. UsageError if none is complete.
+    """
+    state = tf.train.get_checkpoint_state(run_dir)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    if state and state.model_checkpoint_path not in paths:
+        paths.append(state.model_checkpoint_path)
+    damaged = []
+    for path in reversed(paths):
+        try:
+            verify(path)
+        except DamagedCheckpointError as e:
+            damaged.append(str(e))
+            continue
+        except UsageError:  # its files are gone
+            continue
+        if damaged:
+            logging.warning("%s; continuing from the newest complete "
+                            "checkpoint %s (step %d) instead",
+                            "; ".join(damaged), path,
+                            checkpoint_step(path))
+        return path
+    raise UsageError(f"{'; '.join(damaged) or 'no checkpoint is readable'}"
+                     f"; no complete checkpoint of {run_dir} to continue "
+                     "from: choose another --run_id")
+
+
+def continue_run(checkpoint, objects, path, run_dir, loss_mode):
+    """Restore a run's own checkpoint into ``checkpoint`` (of ``objects``)
+    to continue training it; UsageError if it holds other objects."""
+    def mismatch(detail):
+        return UsageError(
+            f"{run_dir} holds a checkpoint of another network or loss than "
+            f"--loss_mode={loss_mode} ({detail}); choose another --run_id")
+
+    saved = checkpoint_objects(path) - {"save_counter"}
+    if saved != set(objects):
+        raise mismatch(f"it has {', '.join(sorted(saved))}; this run has "
+                       f"{', '.join(sorted(objects))}")
+    try:
+        checkpoint.restore(path).assert_existing_objects_matched()
+    except (AssertionError, ValueError) as e:
+        raise mismatch(first_line(e)) from e
+
+
+def remove_partial(run_dir, step):
+    """Remove what a failed save of ``ckpt-<step>`` left behind."""
+    prefix = os.path.join(run_dir, f"ckpt-{step}")
+    for path in tf.io.gfile.glob(prefix + "*"):
+        if path == prefix + ".index" or path.startswith(
+                (prefix + ".", prefix + "_temp")):
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            else:
+                tf.io.gfile.remove(path)

@@ -4,7 +4,8 @@
         --images='crops/*.jpg' --output=features.npy
 
 ``--images`` is a folder (its ``.jpg``, ``.jpeg`` and ``.png`` files) or a
-glob pattern. Each image is resized to the model's input size. ``.npy``
+glob pattern. Each image is read and resized to the model's input size as
+the training pipeline reads it. ``.npy``
 output writes the features and the file names, one per row, to
 ``<output stem>.filenames.txt`` beside them; ``.mat`` output holds both
 (keys ``features`` and ``filenames``).
@@ -17,15 +18,15 @@ import time
 
 import numpy as np
 import scipy.io
+import tensorflow as tf
 from absl import app, flags, logging
-from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import files
-from cosine_metric_learning.errors import UsageError, parse_flags
-from datasets import image_folder
+from cosine_metric_learning import files, preprocessing, settings
+from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning.errors import parse_flags
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+IMAGE_EXTENSIONS = preprocessing.IMAGE_EXTENSIONS
 FLAGS = flags.FLAGS
 
 
@@ -44,12 +45,14 @@ def list_images(pattern):
 
 
 def _read_bgr(path, shape):
+    """An image file as uint8 BGR of ``shape``: read, decoded and resized
+    as the training pipeline does (``preprocessing.read_image``)."""
     try:
-        image = Image.open(path).convert("RGB")
-    except OSError as e:
-        raise UsageError(f"cannot read image '{path}': {e}") from e
-    image = image.resize((shape[1], shape[0]), Image.Resampling.BILINEAR)
-    return np.asarray(image)[..., ::-1]
+        image = preprocessing.read_image(tf.constant(path), shape).numpy()
+    except (tf.errors.OpError, ValueError) as e:
+        raise UsageError(f"cannot read image '{path}': {first_line(e)}") \
+            from e
+    return image[..., ::-1]
 
 
 def encode_files(encoder, paths, batch_size=32, progress_every_secs=5.0):
@@ -131,7 +134,7 @@ def main(argv):
         paths = list_images(FLAGS.images)
         encoder = encoder_lib.load(
             FLAGS.model, FLAGS.batch_size,
-            image_folder.parse_image_shape(FLAGS.image_shape))
+            settings.parse_image_shape(FLAGS.image_shape))
         features = encode_files(encoder, paths, FLAGS.batch_size)
         for path in write_features(FLAGS.output, features, paths):
             print(f"wrote {path}")

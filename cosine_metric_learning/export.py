@@ -7,9 +7,7 @@ features ``(N, 128)``; inference only (batch norm with its moving averages,
 no dropout, no optimizer or input queue).
 """
 
-import glob
 import os
-import re
 
 import tensorflow as tf
 from absl import logging
@@ -164,21 +162,8 @@ def write_encoder_checkpoint(encoder, prefix):
     Returns the prefix; the other modes take it as ``--restore_path``.
     """
     check_checkpoint_prefix(prefix)
-    directory = os.path.dirname(os.path.abspath(prefix))
-    tmp = os.path.join(directory, f".{os.path.basename(prefix)}.tmp")
-    try:
-        written = tf.train.Checkpoint(encoder=encoder).write(tmp)
-        # the earlier checkpoint's files (its index was recognised above)
-        for old in glob.glob(glob.escape(prefix) + ".*"):
-            if old == prefix + ".index" or re.fullmatch(
-                    r"\.data-\d{5}-of-\d{5}", old[len(prefix):]):
-                os.remove(old)
-        for part in glob.glob(glob.escape(written) + ".*"):
-            os.replace(part, prefix + part[len(written):])
-    except (OSError, tf.errors.OpError) as e:
-        for part in glob.glob(glob.escape(tmp) + "*"):
-            os.remove(part)
-        raise UsageError(f"cannot write checkpoint {prefix}: "
-                         f"{getattr(e, 'strerror', None) or e}") from e
+    files.replace_parts_atomically(
+        prefix, lambda tmp: tf.train.Checkpoint(encoder=encoder).write(tmp),
+        r"\.index|\.data-\d{5}-of-\d{5}", errors=(tf.errors.OpError,))
     logging.info("Wrote encoder checkpoint %s", prefix)
     return prefix

@@ -8,8 +8,10 @@ their work so a bad path fails at once.
 """
 
 import dataclasses
+import glob
 import json
 import os
+import re
 import shutil
 import tempfile
 from typing import Callable
@@ -175,6 +177,32 @@ def replace_dir_atomically(directory, write, kind, errors=()):
         if tmp is not None and os.path.isdir(tmp):
             _rmtree(tmp)
     return directory
+
+
+def replace_parts_atomically(prefix, write, parts, errors=()):
+    """Let ``write(tmp_prefix)`` write files ``<tmp_prefix><suffix>`` (a
+    checkpoint's ``.index`` and ``.data-*``), then rename them to
+    ``<prefix><suffix>``, first removing the earlier ``<prefix><suffix>``
+    files whose suffix matches the regex ``parts``.
+
+    The caller has checked that the earlier files are its own; on failure
+    the temporary files are removed. ``write`` returns the prefix it wrote.
+    """
+    directory = os.path.dirname(os.path.abspath(prefix))
+    tmp = os.path.join(directory, f".{os.path.basename(prefix)}.tmp")
+    try:
+        written = write(tmp)
+        for old in glob.glob(glob.escape(prefix) + ".*"):
+            if re.fullmatch(parts, old[len(prefix):]):
+                os.remove(old)
+        for part in glob.glob(glob.escape(written) + ".*"):
+            os.replace(part, prefix + part[len(written):])
+    except (OSError, *errors) as e:
+        for part in glob.glob(glob.escape(tmp) + "*"):
+            os.remove(part)
+        raise UsageError(f"cannot write {prefix}: "
+                         f"{getattr(e, 'strerror', None) or e}") from e
+    return prefix
 
 
 def _rmtree(path):

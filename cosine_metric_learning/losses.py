@@ -1,18 +1,40 @@
-"""Losses for cosine metric learning: pure TensorFlow functions.
+"""Losses for cosine metric learning, and the registry of loss modes.
 
-All functions take integer ``labels`` of shape (N,) and float ``features``
-(or ``logits``) of shape (N, D) and return scalar tensors.
+The loss functions are pure TensorFlow: they take integer ``labels`` of
+shape (N,) and float ``features`` (or ``logits``) of shape (N, D) and
+return scalar tensors. :data:`LOSS_MODES` says, for each ``--loss_mode``,
+how its loss is computed, whether it needs the classifier head and with
+which distance its features are evaluated; the model factory, the train
+step, the progress line and the evaluators ask it. A new loss is one
+entry there.
 """
+
+import dataclasses
+from typing import Callable
 
 import tensorflow as tf
 
-LOSS_MODES = ("cosine-softmax", "triplet", "magnet")
+from cosine_metric_learning.errors import UsageError
 
 
-def loss_name(loss_mode):
-    """Summary name of a loss mode's loss: ``"cosine-softmax"`` ->
-    ``"cosine_softmax_loss"``."""
-    return loss_mode.replace("-", "_") + "_loss"
+@dataclasses.dataclass(frozen=True)
+class LossMode:
+    """One ``--loss_mode``.
+
+    ``compute(labels, features, logits)`` returns ``(loss, monitors)``:
+    the scalar loss and a dict of scalars for TensorBoard; ``logits`` is
+    None unless ``needs_classifier``. Every mode whose needs are met is
+    computed at each step, the ones not trained on as monitors.
+    """
+    name: str                # the --loss_mode value
+    needs_classifier: bool   # trains the cosine-softmax head
+    metric: str              # distance features are ranked with
+    compute: Callable
+
+    @property
+    def summary_name(self):
+        """``"cosine-softmax"`` -> ``"cosine_softmax_loss"``."""
+        return self.name.replace("-", "_") + "_loss"
 
 
 def pairwise_squared_distance(a, b):
@@ -96,3 +118,47 @@ def magnet_loss(labels, features, margin=1.0, eps=1e-4):
     a = tf.reduce_sum(own_class * exponent, axis=1)
     b = tf.reduce_sum((1.0 - own_class) * exponent, axis=1)
     return tf.reduce_mean(tf.maximum(0.0, -tf.math.log(eps + a / (eps + b))))
+
+
+# The registry -----------------------------------------------------------------
+
+def _cosine_softmax(labels, features, logits):
+    return cosine_softmax_loss(labels, logits), {
+        "accuracy": accuracy(labels, logits)}
+
+
+def _triplet(labels, features, logits):
+    loss, diagnostics = soft_margin_triplet_loss(labels, features)
+    return loss, {f"triplet/{k}": v for k, v in diagnostics.items()}
+
+
+def _magnet(labels, features, logits):
+    return magnet_loss(labels, features), {}
+
+
+LOSS_MODES = {mode.name: mode for mode in (
+    LossMode("cosine-softmax", True, "cosine", _cosine_softmax),
+    LossMode("triplet", False, "sqeuclidean", _triplet),
+    LossMode("magnet", False, "sqeuclidean", _magnet),
+)}
+
+
+def get(name):
+    """The :class:`LossMode` of ``--loss_mode=name``."""
+    if name not in LOSS_MODES:
+        raise UsageError(f"--loss_mode={name}: expected one of "
+                         f"{', '.join(LOSS_MODES)}")
+    return LOSS_MODES[name]
+
+
+def compute_all(labels, features, logits):
+    """Every mode's loss that can be computed: ``({summary_name: loss},
+    monitors)``; with ``logits`` None, the classifier's are left out."""
+    terms, monitors = {}, {}
+    for mode in LOSS_MODES.values():
+        if mode.needs_classifier and logits is None:
+            continue
+        terms[mode.summary_name], more = mode.compute(labels, features,
+                                                      logits)
+        monitors.update(more)
+    return terms, monitors

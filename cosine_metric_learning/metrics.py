@@ -22,11 +22,6 @@ RANKS = (1, 5, 10, 20)
 VALIDATION_GALLERY_SEED = 4321
 
 
-def metric_for_loss(loss_mode):
-    """Cosine distance for cosine-softmax, squared Euclidean otherwise."""
-    return "cosine" if loss_mode == "cosine-softmax" else "sqeuclidean"
-
-
 def distance_matrix(query, gallery, metric):
     """Distances (Q, G) between rows of ``query`` and ``gallery``.
 
@@ -113,6 +108,40 @@ def validation_cmc(features, ids, cameras, num_galleries, metric,
 
 # The standard test protocol ---------------------------------------------------
 
+def _rank_chunk(distances, good, junk):
+    """Rank a chunk of queries: ``(first_hits, ap, ap_plain)``, the count
+    of first good matches at each position (junk removed) and the kits' and
+    the non-interpolated AP of every query with a good match."""
+    num_gallery = distances.shape[1]
+    # nearest first; ties keep gallery order, as MATLAB's sort does
+    # (top_k documents that the lower index comes first)
+    order = tf.math.top_k(-distances, k=num_gallery).indices.numpy()
+    junk = np.take_along_axis(junk, order, axis=1)
+    good = np.take_along_axis(good, order, axis=1)
+
+    # every good match ("hit"): its row, its position in the ranking
+    # with junk removed, and i for the i-th hit of its row
+    row, column = np.nonzero(good)  # row-major: hits in rank order
+    junk_before = np.cumsum(junk, axis=1, dtype=np.int32)
+    position = (column - junk_before[row, column]).astype(np.float64)
+    num_good = np.bincount(row, minlength=len(order))
+    row_start = np.concatenate([[0], np.cumsum(num_good)[:-1]])
+    i = np.arange(len(row)) - row_start[row] + 1.0
+
+    # CMC: the first hit of every query with a good match
+    first_hits = np.bincount(position[i == 1].astype(np.int64),
+                             minlength=num_gallery)
+    # AP, the kits' version: each hit adds (1/ngood) * (p_prev + p) / 2
+    # with p_prev the precision one position up (1 at the top)
+    precision = i / (position + 1.0)
+    previous = np.where(position > 0, (i - 1) / np.maximum(position, 1), 1.0)
+    valid = num_good > 0
+    ap = np.bincount(row, (previous + precision) / 2, len(order))
+    ap_plain = np.bincount(row, precision, len(order))
+    return (first_hits, ap[valid] / num_good[valid],
+            ap_plain[valid] / num_good[valid])
+
+
 def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
                      gallery_cameras, ranks=RANKS, chunk_size=256):
     """CMC and mAP with the Market-1501 / MARS evaluation-kit protocol.
@@ -147,36 +176,12 @@ def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
         same_id = gallery_ids[None, :] == query_ids[rows, None]
         same_cam = gallery_cameras[None, :] == query_cameras[rows, None]
         junk = (gallery_ids == -1)[None, :] | (same_id & same_cam)
-        good = same_id & ~junk
-        # nearest first; ties keep gallery order, as MATLAB's sort does
-        # (top_k documents that the lower index comes first)
-        order = tf.math.top_k(-distances[rows], k=num_gallery).indices.numpy()
-        junk = np.take_along_axis(junk, order, axis=1)
-        good = np.take_along_axis(good, order, axis=1)
-
-        # every good match ("hit"): its row, its position in the ranking
-        # with junk removed, and i for the i-th hit of its row
-        row, column = np.nonzero(good)  # row-major: hits in rank order
-        junk_before = np.cumsum(junk, axis=1, dtype=np.int32)
-        position = (column - junk_before[row, column]).astype(np.float64)
-        num_good = np.bincount(row, minlength=len(order))
-        row_start = np.concatenate([[0], np.cumsum(num_good)[:-1]])
-        i = np.arange(len(row)) - row_start[row] + 1.0
-
-        # CMC: the first hit of every query with a good match
-        first_hits += np.bincount(position[i == 1].astype(np.int64),
-                                  minlength=num_gallery)
-        # AP, the kits' version: each hit adds (1/ngood) * (p_prev + p) / 2
-        # with p_prev the precision one position up (1 at the top)
-        precision = i / (position + 1.0)
-        previous = np.where(position > 0, (i - 1) / np.maximum(position, 1),
-                            1.0)
-        valid = num_good > 0
-        ap = np.bincount(row, (previous + precision) / 2, len(order))
-        ap_plain = np.bincount(row, precision, len(order))
-        ap_sum += np.sum(ap[valid] / num_good[valid])
-        ap_plain_sum += np.sum(ap_plain[valid] / num_good[valid])
-        num_valid += int(valid.sum())
+        hits, aps, aps_plain = _rank_chunk(distances[rows], same_id & ~junk,
+                                           junk)
+        first_hits += hits
+        ap_sum += aps.sum()
+        ap_plain_sum += aps_plain.sum()
+        num_valid += len(aps)
     if num_valid == 0:
         raise ValueError("no query has a good match in the gallery")
     cmc = np.cumsum(first_hits) / num_valid

@@ -7,6 +7,9 @@ SORT feeds OpenCV's BGR frames to the exported encoder).
 
 import tensorflow as tf
 
+# the image files the project reads where it lists a folder
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+
 
 def decode_image(contents, image_shape):
     """Decode encoded image bytes to uint8 RGB of ``image_shape[:2]``.

@@ -1,6 +1,7 @@
-"""The settings of a training run that must not change when it continues.
+"""What a training run records beside its checkpoints: the settings that
+must not change when it continues, and the label numbering of custom data.
 
-They are saved as ``run.json`` beside the run's checkpoints when it starts;
+The settings are saved as ``run.json`` when the run starts;
 continuing the run with another loss, input size or dataset is refused
 with one line, because the checkpoints alone cannot tell a triplet run from
 a magnet run.
@@ -13,6 +14,7 @@ from cosine_metric_learning import files
 from cosine_metric_learning.errors import UsageError
 
 FILENAME = "run.json"
+LABEL_MAP_NAME = "labels.json"
 # setting -> how it is written on the command line
 FLAGS = {"loss_mode": "--loss_mode", "image_shape": "--image_shape",
          "dataset": "the dataset"}
@@ -69,3 +71,17 @@ def record(run_dir, current):
     path = os.path.join(run_dir, FILENAME)
     return files.write_atomically(
         path, lambda f: json.dump(current, f, indent=1), KIND)
+
+
+LABEL_MAP = files.json_kind({"source", "labels"},
+                            "a label map (a JSON object with 'source' and "
+                            "'labels')")
+
+
+def write_label_map(directory, identity_names, source):
+    """Save ``label -> identity`` as ``labels.json`` in ``directory``."""
+    return files.write_atomically(
+        os.path.join(directory, LABEL_MAP_NAME), lambda f: json.dump(
+            {"source": os.path.abspath(source),
+             "labels": {str(i): n for i, n in enumerate(identity_names)}},
+            f, indent=1), LABEL_MAP)

@@ -11,23 +11,22 @@ Two layouts:
 ``market``. With ``camera_regex`` (one group, matched against the file name)
 the camera of an image in an identity folder is known; otherwise it is
 unknown (-1) and validation galleries draw two images of the identity.
-Identities are numbered 0..N-1 in sorted order; :func:`write_label_map`
-saves the numbering beside the checkpoints so features can be traced back.
+Identities are numbered 0..N-1 in sorted order; training saves the
+numbering beside the checkpoints (``run_settings.write_label_map``) so
+features can be traced back.
 """
 
-import json
 import os
 import re
 
 import numpy as np
 
-from cosine_metric_learning import files
+from cosine_metric_learning import preprocessing
 from cosine_metric_learning.errors import UsageError
 from datasets import market1501, util
 
 LAYOUTS = ("auto", "identity_folders", "market")
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
-LABEL_MAP_NAME = "labels.json"
+IMAGE_EXTENSIONS = preprocessing.IMAGE_EXTENSIONS
 LAYOUT_TEXT = ("one folder per identity (root/<identity>/<image>) or "
                "Market-1501 file names in one folder")
 
@@ -41,8 +40,8 @@ def read_image_folder(root, layout="auto", camera_regex=None):
 
     Returns
     -------
-    (filenames, ids, camera_indices, identity_names)
-        ``ids`` are 0..N-1 indices into ``identity_names``; cameras are
+    datasets.util.TrainSplit
+        ``ids`` are 0..N-1 indices into ``label_names``; cameras are
         0-based, -1 where unknown.
 
     Raises
@@ -72,8 +71,8 @@ def read_image_folder(root, layout="auto", camera_regex=None):
                  else f"identity {single} in {root}")
         raise UsageError(f"{where} has a single image; every identity needs "
                          "at least two (remove it or add images)")
-    return (list(filenames), ids.astype(np.int64),
-            np.asarray(cameras, np.int64), [str(n) for n in identity_names])
+    return util.TrainSplit(filenames, ids, cameras,
+                           label_names=[str(n) for n in identity_names])
 
 
 def _read_identity_folders(root, camera_regex):
@@ -105,31 +104,3 @@ def _read_identity_folders(root, camera_regex):
     index = {c: i for i, c in enumerate(known)}
     cameras = [index.get(c, -1) for c in camera_names]
     return filenames, names, cameras
-
-
-LABEL_MAP = files.json_kind({"source", "labels"},
-                            "a label map (a JSON object with 'source' and "
-                            "'labels')")
-
-
-def write_label_map(directory, identity_names, source):
-    """Save ``label -> identity`` as ``labels.json`` in ``directory``."""
-    return files.write_atomically(
-        os.path.join(directory, LABEL_MAP_NAME), lambda f: json.dump(
-            {"source": os.path.abspath(source),
-             "labels": {str(i): n for i, n in enumerate(identity_names)}},
-            f, indent=1), LABEL_MAP)
-
-
-def parse_image_shape(text):
-    """``"H,W"`` -> ``(H, W, 3)``; the net halves the size three times."""
-    try:
-        height, width = (int(v) for v in text.split(","))
-    except ValueError:
-        raise UsageError(f"--image_shape={text}: expected HEIGHT,WIDTH, "
-                         "e.g. 128,64") from None
-    if height < 8 or width < 8:
-        raise UsageError(f"--image_shape={text}: the network halves the size "
-                         "three times; expected a height and width of at "
-                         "least 8")
-    return height, width, 3

@@ -15,7 +15,6 @@ from datasets import util
 from cosine_metric_learning.errors import UsageError
 
 MAX_LABEL = 1501
-IMAGE_SHAPE = (128, 64, 3)
 LAYOUT = ("the Market-1501 layout (bounding_box_train/, bounding_box_test/, "
           "query/ with files named PPPP_cCsS_FFFFFF_DD.jpg)")
 
@@ -58,9 +57,10 @@ def read_split_to_str(directory):
 
 
 def read_train_split_to_str(dataset_dir):
-    """The ``bounding_box_train`` split: ``(filenames, ids, camera_indices)``."""
+    """The ``bounding_box_train`` split as a :class:`datasets.util.TrainSplit`."""
     util.require_dir(dataset_dir, "Market-1501 dataset folder", LAYOUT)
-    return read_split_to_str(os.path.join(dataset_dir, "bounding_box_train"))
+    return util.TrainSplit(*read_split_to_str(
+        os.path.join(dataset_dir, "bounding_box_train")))
 
 
 def read_test_split_to_str(dataset_dir):

@@ -14,7 +14,6 @@ from datasets import util
 from cosine_metric_learning.errors import UsageError
 
 MAX_LABEL = 1500
-IMAGE_SHAPE = (128, 64, 3)  # images are 256x128 on disk, resized for the net
 LAYOUT = ("the MARS evaluation kit layout (bbox_train/ and bbox_test/ with "
           "a folder per person id, e.g. bbox_test/0002/0002C1T0001F001.jpg, "
           "and info/train_name.txt, info/test_name.txt)")
@@ -60,13 +59,14 @@ def _read_split(dataset_dir, split):
 
 
 def read_train_split_to_str(dataset_dir):
-    """Training images: ``(filenames, ids, camera_indices, tracklet_indices)``."""
-    return _read_split(dataset_dir, "train")
+    """Training images (256x128 on disk) as a
+    :class:`datasets.util.TrainSplit` with tracklets."""
+    return util.TrainSplit(*_read_split(dataset_dir, "train"))
 
 
 def read_test_split_to_str(dataset_dir):
     """Test images in ``info/test_name.txt`` order, as for the train split."""
-    return _read_split(dataset_dir, "test")
+    return util.TrainSplit(*_read_split(dataset_dir, "test"))
 
 
 def read_test_protocol(dataset_dir):
@@ -83,7 +83,7 @@ def read_test_protocol(dataset_dir):
         ``exports``: ``feat_test.mat`` with one row per image in
         ``test_name.txt`` order.
     """
-    filenames, _, _, _ = read_test_split_to_str(dataset_dir)
+    filenames = read_test_split_to_str(dataset_dir).filenames
     util.require_files(filenames, "MARS test image", LAYOUT)
     tracks = _load_mat(dataset_dir, "tracks_test_info.mat",
                        "track_test_info").astype(np.int64)

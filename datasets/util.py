@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+from typing import Optional
 
 import numpy as np
 
@@ -64,6 +65,34 @@ def require_files(paths, what, layout):
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise UsageError(f"{what} not found: '{missing[0]}'{more}; expected "
                          f"{layout}")
+
+
+@dataclasses.dataclass
+class TrainSplit:
+    """A dataset's training images, as every reader returns them.
+
+    Attributes
+    ----------
+    filenames : ndarray of str
+    ids : int64 ndarray
+        Person ids (0-based labels for custom data).
+    cameras : int64 ndarray
+        0-based camera indices, -1 where unknown.
+    tracklets : int64 ndarray or None
+        MARS: the tracklet of each image.
+    label_names : list of str or None
+        Custom data: the identity name of each label.
+    """
+    filenames: np.ndarray
+    ids: np.ndarray
+    cameras: np.ndarray
+    tracklets: Optional[np.ndarray] = None
+    label_names: Optional[list] = None
+
+    def __post_init__(self):
+        self.filenames = np.asarray(self.filenames)
+        self.ids = np.asarray(self.ids, np.int64)
+        self.cameras = np.asarray(self.cameras, np.int64)
 
 
 @dataclasses.dataclass

@@ -12,15 +12,13 @@ boxes: two views of the same person should be nearer than other people.
 import argparse
 import collections
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
+import numpy as np
+from PIL import Image
 
-from cosine_metric_learning import encoder as encoder_lib  # noqa: E402
-from datasets import market1501  # noqa: E402
+from cosine_metric_learning import encoder as encoder_lib
+from datasets import market1501
 
 
 def main(argv=None):

@@ -12,6 +12,8 @@ import pytest  # noqa: E402
 from datasets import synthetic  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the environment of every subprocess a test starts: quiet TensorFlow, CPU
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
 
 @pytest.fixture(scope="session")
@@ -36,22 +38,21 @@ def run_script(script, *args, timeout=300, **kwargs):
     ``script`` is a file of the repository, or ``-m`` followed by a module
     in ``args``; ``cwd`` defaults to the repository.
     """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     kwargs.setdefault("cwd", ROOT)
     if script != "-m":
         script = os.path.join(ROOT, script)
     return subprocess.run(
-        [sys.executable, script, *args], env=env, capture_output=True,
+        [sys.executable, script, *args], env=ENV, capture_output=True,
         text=True, timeout=timeout, **kwargs)
 
 
-def small_config(dataset_dir, log_dir, **kwargs):
+def small_config(dataset_dir, log_dir, run_id="run", **kwargs):
     """A TrainConfig for a few quick triplet steps on a synthetic set."""
-    from cosine_metric_learning import train_app
-    settings = dict(batch_size=16, images_per_id=4, number_of_steps=2,
-                    num_enqueue_threads=2, queue_capacity=64,
-                    save_summaries_secs=3600, log_interval_secs=3600,
-                    loss_mode="triplet")
-    settings.update(kwargs)
-    return train_app.TrainConfig(dataset_dir=dataset_dir, log_dir=str(log_dir),
-                                 run_id="run", **settings)
+    from cosine_metric_learning import settings
+    values = dict(batch_size=16, images_per_id=4, number_of_steps=2,
+                  num_enqueue_threads=2, queue_capacity=64,
+                  save_summaries_secs=3600, log_interval_secs=3600,
+                  loss_mode="triplet")
+    values.update(kwargs)
+    return settings.TrainConfig(dataset_dir=dataset_dir, log_dir=str(log_dir),
+                                run_id=run_id, **values)

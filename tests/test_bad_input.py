@@ -16,11 +16,12 @@ from PIL import Image
 from tensorboard.backend.event_processing import event_accumulator
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import export, files, train_app
+from cosine_metric_learning import checkpoints, evaluator, export, files
+from cosine_metric_learning import training
 from cosine_metric_learning.errors import UsageError
 from datasets import synthetic
 from tests.conftest import run_script, small_config
-from train_market1501 import DATASET as MARKET
+from datasets.spec import MARKET1501 as MARKET
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +47,7 @@ def _config(dataset_dir, log_dir, **kwargs):
 def run(market_dir, tmp_path_factory):
     """A real triplet run of one step: ckpt-0 and ckpt-1 in log_dir/run."""
     log_dir = tmp_path_factory.mktemp("logs")
-    result = train_app.train(MARKET, _config(market_dir, log_dir))
+    result = training.train(MARKET, _config(market_dir, log_dir))
     assert result.step == 1
     return str(log_dir), os.path.join(str(log_dir), "run")
 
@@ -77,7 +78,7 @@ def test_saved_model_never_replaces_a_folder_it_did_not_write(run, tmp_path):
     assert sorted(os.listdir(work)) == ["data", "notes.txt"]
 
     # its own earlier output is replaced
-    encoder, _ = train_app.checkpoints.load_encoder(run_dir, (128, 64, 3))
+    encoder, _ = checkpoints.load_encoder(run_dir, (128, 64, 3))
     target = str(tmp_path / "sm")
     export.write_saved_model(encoder, target, (128, 64, 3))
     first = os.path.getmtime(os.path.join(target, "saved_model.pb"))
@@ -100,7 +101,7 @@ def test_saved_model_into_a_path_that_cannot_be_created(run):
 
 
 def test_exporters_replace_only_their_own_kind(run, tmp_path):
-    encoder, _ = train_app.checkpoints.load_encoder(run[1], (128, 64, 3))
+    encoder, _ = checkpoints.load_encoder(run[1], (128, 64, 3))
     shape = (128, 64, 3)
     other = tmp_path / "other.pb"
     other.write_bytes(b"\x08\x01 some other protobuf or binary")
@@ -284,7 +285,7 @@ def test_evaluator_skips_a_corrupt_validation_image_and_names_it(
         run, market_dir, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(market_dir, data)
-    validation = train_app.evaluation.read_validation_data(MARKET, str(data))
+    validation = evaluator.read_validation_data(MARKET, str(data))
     bad = validation[0][3]
     with open(bad, "wb") as f:
         f.write(b"not a jpeg")
@@ -329,7 +330,7 @@ def test_resume_with_another_loss_is_refused(run, market_dir, tmp_path):
     with pytest.raises(UsageError, match=r"cannot continue .* with "
                        r"--loss_mode=magnet: it was trained with "
                        r"--loss_mode=triplet"):
-        train_app.train(MARKET, _config(market_dir, log_dir,
+        training.train(MARKET, _config(market_dir, log_dir,
                                         loss_mode="magnet",
                                         number_of_steps=2))
 
@@ -339,7 +340,7 @@ def test_resume_past_the_last_step_says_so(run, market_dir, tmp_path,
     log_dir, run_dir = _copy_run(run, tmp_path)
     before = sorted(os.listdir(run_dir))
     with caplog.at_level("WARNING"):
-        result = train_app.train(MARKET, _config(market_dir, log_dir,
+        result = training.train(MARKET, _config(market_dir, log_dir,
                                                  number_of_steps=1))
     assert result.step == 1
     assert any("already at --number_of_steps=1: nothing to train" in
@@ -364,7 +365,7 @@ def test_damaged_latest_checkpoint_continues_from_the_one_before(
     data = os.path.join(run_dir, "ckpt-1.data-00000-of-00001")
     _truncate(data)
     with caplog.at_level("WARNING"):
-        result = train_app.train(MARKET, _config(market_dir, log_dir,
+        result = training.train(MARKET, _config(market_dir, log_dir,
                                                  number_of_steps=2))
     assert result.step == 2
     warning = [r.getMessage() for r in caplog.records

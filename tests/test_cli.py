@@ -6,14 +6,13 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ENV, ROOT
 
 pytestmark = pytest.mark.slow
 
 
 def _run(*args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=ENV,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -10,6 +10,7 @@ import tensorflow as tf
 from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
+from cosine_metric_learning import settings
 from cosine_metric_learning.errors import UsageError
 from datasets import image_folder, synthetic
 from nets.deep_sort import network_definition
@@ -23,8 +24,10 @@ def own_dir(tmp_path_factory):
 
 
 def test_identity_folders_with_cameras_from_the_file_name(own_dir):
-    files, ids, cams, names = image_folder.read_image_folder(
-        own_dir, camera_regex=r"^c(\d+)_")
+    split = image_folder.read_image_folder(own_dir,
+                                           camera_regex=r"^c(\d+)_")
+    files, ids, cams, names = (split.filenames, split.ids, split.cameras,
+                               split.label_names)
     assert names == sorted(os.listdir(own_dir)) and len(names) == 30
     assert sorted(set(ids.tolist())) == list(range(30))
     for f, i, c in zip(files, ids, cams):
@@ -35,13 +38,14 @@ def test_identity_folders_with_cameras_from_the_file_name(own_dir):
     for f, c in zip(files, cams):
         assert seen[c] == os.path.basename(f).split("_")[0]
     # without a regex the camera is unknown
-    _, _, unknown, _ = image_folder.read_image_folder(own_dir)
+    unknown = image_folder.read_image_folder(own_dir).cameras
     assert set(unknown.tolist()) == {-1}
 
 
 def test_market_style_flat_folder_is_remapped(market_dir):
     folder = os.path.join(market_dir, "bounding_box_train")
-    files, ids, cams, names = image_folder.read_image_folder(folder)
+    split = image_folder.read_image_folder(folder)
+    files, ids, names = split.filenames, split.ids, split.label_names
     assert [int(n) for n in names] == sorted(int(n) for n in names)
     assert ids.max() == len(names) - 1
     for f, i in zip(files, ids):
@@ -61,10 +65,10 @@ def test_bad_folders_and_settings(tmp_path, own_dir):
     with pytest.raises(UsageError, match="--layout=zip"):
         image_folder.read_image_folder(own_dir, layout="zip")
     with pytest.raises(UsageError, match="at least 8"):
-        image_folder.parse_image_shape("4,64")
+        settings.parse_image_shape("4,64")
     with pytest.raises(UsageError, match="expected HEIGHT,WIDTH"):
-        image_folder.parse_image_shape("128x64")
-    assert image_folder.parse_image_shape("96,48") == (96, 48, 3)
+        settings.parse_image_shape("128x64")
+    assert settings.parse_image_shape("96,48") == (96, 48, 3)
 
 
 def test_network_keeps_its_structure_for_other_shapes():

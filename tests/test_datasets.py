@@ -28,7 +28,8 @@ def test_market1501_file_names(name, expected):
 
 
 def test_market1501_train_split(market_dir):
-    filenames, ids, cameras = market1501.read_train_split_to_str(market_dir)
+    split = market1501.read_train_split_to_str(market_dir)
+    filenames, ids, cameras = list(split.filenames), split.ids, split.cameras
     listed = [n for n in os.listdir(os.path.join(market_dir,
                                                  "bounding_box_train"))]
     assert "Thumbs.db" in listed
@@ -88,7 +89,9 @@ def test_mars_file_names(name, expected):
 def test_mars_splits_follow_the_info_lists(mars_dir):
     for split, reader in (("train", mars.read_train_split_to_str),
                           ("test", mars.read_test_split_to_str)):
-        filenames, ids, cameras, tracklets = reader(mars_dir)
+        read = reader(mars_dir)
+        filenames, ids, cameras, tracklets = (read.filenames, read.ids,
+                                              read.cameras, read.tracklets)
         with open(os.path.join(mars_dir, "info", f"{split}_name.txt")) as f:
             names = f.read().split()
         assert [os.path.basename(p) for p in filenames] == names

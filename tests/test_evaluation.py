@@ -11,24 +11,21 @@ import tensorflow as tf
 from PIL import Image
 from tensorboard.backend.event_processing import event_accumulator
 
-from cosine_metric_learning import evaluation, train_app
+from cosine_metric_learning import evaluator, kit_features, protocol, settings
+from cosine_metric_learning import training
 from cosine_metric_learning.errors import UsageError
-from tests.conftest import ROOT
-from tests.test_metrics import kit_reference
-from train_market1501 import DATASET as MARKET
-from train_mars import DATASET as MARS
+from tests.conftest import ENV, ROOT, small_config
+from tests.reference import kit_reference
+from datasets.spec import MARKET1501 as MARKET
+from datasets.spec import MARS
 
 pytestmark = pytest.mark.slow
 
 
 def _train(dataset, dataset_dir, log_dir, steps, **kwargs):
-    settings = dict(batch_size=16, images_per_id=4, number_of_steps=steps,
-                    num_enqueue_threads=2, queue_capacity=64,
-                    save_summaries_secs=3600, log_interval_secs=3600)
-    settings.update(kwargs)
-    return train_app.train(dataset, train_app.TrainConfig(
-        dataset_dir=dataset_dir, log_dir=str(log_dir), run_id="run",
-        **settings))
+    return training.train(dataset, small_config(
+        dataset_dir, log_dir, **{"number_of_steps": steps,
+                                 "loss_mode": "cosine-softmax", **kwargs}))
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +41,12 @@ def mars_checkpoint(mars_dir, tmp_path_factory):
 
 
 def _evaluator(market_dir, tmp_path, *extra):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     return subprocess.Popen(
         [sys.executable, "train_market1501.py", "--mode=eval",
          f"--dataset_dir={market_dir}", f"--log_dir={tmp_path}",
          "--run_id=run", f"--eval_log_dir={tmp_path / 'eval'}",
          "--eval_interval_secs=0.2", "--batch_size=64", *extra],
-        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, env=ENV, stderr=subprocess.PIPE, text=True)
 
 
 def _precision_events(eval_dir):
@@ -95,12 +91,12 @@ def test_evaluator_beside_training_evaluates_each_checkpoint_once(
 
 def test_evaluator_stops_after_the_last_training_step(
         market_dir, market_checkpoint, tmp_path):
-    config = evaluation.EvalConfig(
+    config = settings.EvalConfig(
         dataset_dir=market_dir, log_dir=os.path.dirname(
             os.path.dirname(market_checkpoint)), run_id="run",
         eval_log_dir=str(tmp_path), number_of_steps=3, batch_size=64,
         eval_interval_secs=0.1)
-    results = evaluation.evaluate_checkpoints(MARKET, config)
+    results = evaluator.evaluate_checkpoints(MARKET, config)
     assert [step for step, _ in results] == [0, 3]
 
 
@@ -115,7 +111,7 @@ def _encode_reference(checkpoint, filenames):
 
 
 def _features_by_file(checkpoint, dataset_dir, dataset):
-    split, features, _ = evaluation.test_features(dataset, checkpoint,
+    split, features, _ = protocol.test_features(dataset, checkpoint,
                                                   dataset_dir, 64)
     return dict(zip(split.filenames, features))
 
@@ -133,12 +129,8 @@ def spread_checkpoint(tmp_path_factory):
     kernels give the protocol tests well separated distances.
     """
     from nets.deep_sort import network_definition
-    import keras
-    encoder = network_definition.create_encoder()
-    init = keras.initializers.GlorotUniform(seed=11)
-    for layer in encoder.layers:
-        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
-            layer.kernel.assign(init(layer.kernel.shape))
+    encoder = network_definition.spread_kernels(
+        network_definition.create_encoder(), seed=11)
     path = str(tmp_path_factory.mktemp("spread") / "encoder")
     return tf.train.Checkpoint(encoder=encoder).write(path)
 
@@ -160,13 +152,13 @@ def _check_against_reference(summary, split, features, distances, query,
 
 def test_market1501_test_mode_equals_a_reference_loop(
         market_dir, spread_checkpoint, tmp_path):
-    summary = evaluation.run_test(
+    summary = protocol.run_test(
         MARKET, spread_checkpoint, market_dir, "cosine-softmax",
         batch_size=64, output_json=str(tmp_path / "out.json"),
         rank_image=str(tmp_path / "ranks.png"))
-    split, features, _ = evaluation.test_features(MARKET, spread_checkpoint,
+    split, features, _ = protocol.test_features(MARKET, spread_checkpoint,
                                                   market_dir, 64)
-    _, distances = evaluation.evaluate_split(split, features, "cosine")
+    _, distances = protocol.evaluate_split(split, features, "cosine")
     # reference: list the folders and parse the names here
     index = {f: i for i, f in enumerate(split.filenames)}
 
@@ -192,11 +184,11 @@ def test_market1501_test_mode_equals_a_reference_loop(
 
 def test_mars_test_mode_pools_tracklets_and_equals_a_reference_loop(
         mars_dir, spread_checkpoint):
-    summary = evaluation.run_test(MARS, spread_checkpoint, mars_dir,
+    summary = protocol.run_test(MARS, spread_checkpoint, mars_dir,
                                   "cosine-softmax", batch_size=64)
-    split, features, _ = evaluation.test_features(MARS, spread_checkpoint,
+    split, features, _ = protocol.test_features(MARS, spread_checkpoint,
                                                   mars_dir, 64)
-    _, distances = evaluation.evaluate_split(split, features, "cosine")
+    _, distances = protocol.evaluate_split(split, features, "cosine")
     info = os.path.join(mars_dir, "info")
     with open(os.path.join(info, "test_name.txt")) as f:
         names = f.read().split()
@@ -215,9 +207,9 @@ def test_mars_test_mode_pools_tracklets_and_equals_a_reference_loop(
 
 def test_flip_test_sums_the_features_of_both_orientations(
         market_dir, market_checkpoint):
-    split, plain, _ = evaluation.test_features(MARKET, market_checkpoint,
+    split, plain, _ = protocol.test_features(MARKET, market_checkpoint,
                                                market_dir, 64)
-    _, flipped, _ = evaluation.test_features(MARKET, market_checkpoint,
+    _, flipped, _ = protocol.test_features(MARKET, market_checkpoint,
                                              market_dir, 64, flip_test=True)
     mirror = _encode_reference(market_checkpoint, split.filenames[:4])
     assert np.abs(plain[:4] - mirror).max() < 1e-4
@@ -237,7 +229,7 @@ def test_flip_test_sums_the_features_of_both_orientations(
 def test_export_writes_kit_files_in_kit_order(
         market_dir, mars_dir, market_checkpoint, mars_checkpoint, tmp_path):
     sdk = tmp_path / "sdk"
-    written = evaluation.export_features(MARKET, market_checkpoint,
+    written = kit_features.export_features(MARKET, market_checkpoint,
                                          market_dir, str(sdk), batch_size=64)
     assert sorted(os.path.basename(p) for p in written) == [
         "feat_query.mat", "feat_test.mat"]
@@ -254,7 +246,7 @@ def test_export_writes_kit_files_in_kit_order(
     assert np.abs(test[rows] - reference).max() < 1e-4
     assert not list(sdk.glob(".*"))  # no temporary file left behind
 
-    written = evaluation.export_features(MARS, mars_checkpoint, mars_dir,
+    written = kit_features.export_features(MARS, mars_checkpoint, mars_dir,
                                          str(tmp_path / "mars"), batch_size=64)
     features = scipy.io.loadmat(written[0])["features"]
     with open(os.path.join(mars_dir, "info", "test_name.txt")) as f:
@@ -268,14 +260,14 @@ def test_export_writes_kit_files_in_kit_order(
 def test_missing_or_foreign_checkpoints_are_clear_errors(
         market_dir, tmp_path):
     with pytest.raises(UsageError, match="--restore_path is required"):
-        evaluation.run_test(MARKET, None, market_dir, "triplet")
+        protocol.run_test(MARKET, None, market_dir, "triplet")
     with pytest.raises(UsageError, match="no such checkpoint"):
-        evaluation.run_test(MARKET, str(tmp_path / "nope"), market_dir,
+        protocol.run_test(MARKET, str(tmp_path / "nope"), market_dir,
                             "triplet")
     foreign = tf.train.Checkpoint(something=tf.Variable(1.0)).save(
         str(tmp_path / "foreign"))
     with pytest.raises(UsageError, match="has no encoder"):
-        evaluation.run_test(MARKET, foreign, market_dir, "triplet")
+        protocol.run_test(MARKET, foreign, market_dir, "triplet")
 
 
 def test_evaluator_skips_an_unreadable_checkpoint_and_goes_on(
@@ -285,12 +277,12 @@ def test_evaluator_skips_an_unreadable_checkpoint_and_goes_on(
     shutil.copytree(os.path.dirname(market_checkpoint), run_dir)
     for data in run_dir.glob("ckpt-0.data-*"):
         data.unlink()  # deleted while listed in the checkpoint state
-    config = evaluation.EvalConfig(
+    config = settings.EvalConfig(
         dataset_dir=market_dir, log_dir=str(tmp_path / "logs"), run_id="run",
         eval_log_dir=str(tmp_path / "eval"), batch_size=64,
         eval_interval_secs=0.05, eval_timeout_secs=2)
     with caplog.at_level("WARNING"):
-        results = evaluation.evaluate_checkpoints(MARKET, config)
+        results = evaluator.evaluate_checkpoints(MARKET, config)
     assert [step for step, _ in results] == [3]
     warnings = [r.getMessage() for r in caplog.records]
     assert sum("Cannot read checkpoint" in w and "ckpt-0" in w

@@ -14,7 +14,7 @@ from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import export
 from cosine_metric_learning.errors import UsageError
 from nets.deep_sort import network_definition
-from tests.conftest import ROOT, run_script
+from tests.conftest import ENV, ROOT, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -24,12 +24,10 @@ def trained(tmp_path_factory):
     """A training-style checkpoint (step, encoder, classifier, optimizer)
     with non-trivial weights and batch-norm statistics, and its encoder."""
     import keras
-    encoder = network_definition.create_encoder()
-    init = keras.initializers.GlorotUniform(seed=3)
+    encoder = network_definition.spread_kernels(
+        network_definition.create_encoder(), seed=3)
     rng = np.random.default_rng(3)
     for layer in encoder.layers:
-        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
-            layer.kernel.assign(init(layer.kernel.shape))
         if isinstance(layer, keras.layers.BatchNormalization):
             n = layer.moving_mean.shape[0]
             layer.moving_mean.assign(rng.normal(0, 0.1, n))
@@ -93,28 +91,12 @@ def test_frozen_graph_in_graph_mode_as_older_deep_sort(trained, frozen):
 
 
 def test_frozen_graph_in_eager_mode_as_deep_sort_2025(trained, frozen):
-    # eager execution on (TF2's default): the Session's graph gets the ops
-    # without the "net/" prefix
-    code = f"""
-import numpy as np, tensorflow as tf
-assert tf.executing_eagerly()
-graph_def = tf.compat.v1.GraphDef()
-graph_def.ParseFromString(open({frozen!r}, "rb").read())
-session = tf.compat.v1.Session()
-tf.import_graph_def(graph_def, name="net")
-images = session.graph.get_tensor_by_name("images:0")
-features = session.graph.get_tensor_by_name("features:0")
-assert len(images.get_shape()) == 4 and len(features.get_shape()) == 2
-assert features.get_shape().as_list()[-1] == 128
-patches = np.load({str(frozen) + '.npy'!r})
-np.save({str(frozen) + '.out.npy'!r},
-        session.run(features, feed_dict={{images: patches}}))
-"""
     patches = _patches(32, seed=1)
     np.save(frozen + ".npy", patches)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    result = subprocess.run([sys.executable, "-c", code], env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.deep_sort_eager", frozen,
+         frozen + ".npy", frozen + ".out.npy"], cwd=ROOT, env=ENV,
+        capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     out = np.load(frozen + ".out.npy")
     assert np.abs(out - _reference(trained[1], patches)).max() < 1e-4
@@ -212,13 +194,12 @@ def test_encode_cli_writes_features_and_file_names(frozen, tmp_path):
         Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3),
                                      dtype=np.uint8)).save(crops / f"{i}.jpg")
     (crops / "notes.txt").write_text("not an image")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     for output in ("features.npy", "features.mat"):
         result = subprocess.run(
             [sys.executable, "-m", "cosine_metric_learning.encode",
              f"--model={frozen}", f"--images={crops}",
              f"--output={tmp_path / output}", "--batch_size=2"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+            cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
         assert "encoded 5/5 images" in result.stderr
     features = np.load(tmp_path / "features.npy")

@@ -14,13 +14,12 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from cosine_metric_learning import queued_trainer, train_app
+from cosine_metric_learning import queued_trainer, training
 from cosine_metric_learning.errors import TrainingError
-from tests.conftest import ROOT, run_script, small_config
-from train_market1501 import DATASET as MARKET
+from tests.conftest import ENV, ROOT, run_script, small_config
+from datasets.spec import MARKET1501 as MARKET
 
 pytestmark = pytest.mark.slow
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
 
 def _train_args(dataset_dir, log_dir, *extra):
@@ -144,7 +143,7 @@ def test_unreadable_images_are_skipped_once_and_counted(
                      number_of_steps=2, max_unreadable_fraction=0.05,
                      save_summaries_secs=1e-6, log_interval_secs=1e-6)
     with caplog.at_level("WARNING"):
-        result = train_app.train(MARKET, config)
+        result = training.train(MARKET, config)
     assert result.step == 2
     skipped = [r.getMessage() for r in caplog.records
                if r.getMessage().startswith("Skipping unreadable image")]
@@ -177,7 +176,7 @@ def test_non_finite_loss_stops_without_saving_it(market_dir, tmp_path):
                      number_of_steps=20)
     with pytest.raises(TrainingError, match=r"the loss is not finite at step "
                        r"\d+ \(.*triplet_loss=.*weight_loss=") as info:
-        train_app.train(MARKET, config)
+        training.train(MARKET, config)
     assert "the last checkpoint" in str(info.value)
     for path in tf.train.get_checkpoint_state(
             config.run_dir).all_model_checkpoint_paths:

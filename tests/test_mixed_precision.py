@@ -5,15 +5,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cosine_metric_learning import checkpoints, train_app
+from cosine_metric_learning import checkpoints, settings, training
+from cosine_metric_learning import model as model_lib
 from cosine_metric_learning.errors import UsageError
 from nets.deep_sort import network_definition
-from train_market1501 import DATASET as MARKET
+from datasets.spec import MARKET1501 as MARKET
+from tests.conftest import small_config
 
 
 def test_bf16_model_keeps_float32_weights_features_and_logits():
     before = keras.config.dtype_policy().name
-    model = train_app.create_model(MARKET, "cosine-softmax", "bf16")
+    model = model_lib.create_model(MARKET, "cosine-softmax", "bf16")
     assert keras.config.dtype_policy().name == before  # restored
     conv = model.encoder.get_layer("conv2_1_1")
     assert conv.compute_dtype == "bfloat16"
@@ -27,12 +29,9 @@ def test_bf16_model_keeps_float32_weights_features_and_logits():
 
 def test_bf16_features_agree_with_float32_on_the_same_weights():
     f32 = network_definition.create_encoder()
-    with train_app.dtype_policy("mixed_bfloat16"):
+    with model_lib.dtype_policy("mixed_bfloat16"):
         bf16 = network_definition.create_encoder()
-    init = keras.initializers.GlorotUniform(seed=5)
-    for layer in f32.layers:
-        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
-            layer.kernel.assign(init(layer.kernel.shape))
+    network_definition.spread_kernels(f32, seed=5)
     bf16.set_weights(f32.get_weights())
     images = tf.random.uniform((8, 128, 64, 3), seed=6)
     a = f32(images, training=False).numpy()
@@ -47,12 +46,10 @@ def test_mixed_precision_training_writes_float32_checkpoints(
         market_dir, tmp_path, mixed_precision):
     # float16 has no fast CPU kernels: one step of it takes a minute here
     steps = 1 if mixed_precision == "fp16" else 3
-    config = train_app.TrainConfig(
-        dataset_dir=market_dir, log_dir=str(tmp_path), run_id="run",
-        batch_size=16, number_of_steps=steps, num_enqueue_threads=2,
-        queue_capacity=64, save_summaries_secs=3600, log_interval_secs=3600,
-        mixed_precision=mixed_precision)
-    result = train_app.train(MARKET, config)
+    config = small_config(market_dir, tmp_path, number_of_steps=steps,
+                          loss_mode="cosine-softmax",
+                          mixed_precision=mixed_precision)
+    result = training.train(MARKET, config)
     assert result.step == steps
     # a float32 encoder restores it: the weights stayed float32
     encoder = network_definition.create_encoder()
@@ -61,12 +58,12 @@ def test_mixed_precision_training_writes_float32_checkpoints(
     assert features.dtype == tf.float32
     assert np.all(np.isfinite(features.numpy()))
     if mixed_precision == "fp16":
-        optimizer = train_app.create_optimizer(1e-3, "fp16")
+        optimizer = model_lib.create_optimizer(1e-3, "fp16")
         assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
 
 def test_unknown_mixed_precision_is_refused(market_dir, tmp_path):
-    config = train_app.TrainConfig(dataset_dir=market_dir,
+    config = settings.TrainConfig(dataset_dir=market_dir,
                                    log_dir=str(tmp_path), run_id="run",
                                    mixed_precision="int8")
     with pytest.raises(UsageError, match="--mixed_precision=int8"):

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from cosine_metric_learning import queued_trainer
+from cosine_metric_learning import queued_trainer, sampling
 from cosine_metric_learning.errors import UsageError
 
 SHAPE = (8, 4, 3)
@@ -48,7 +48,7 @@ def test_thread_safe_iterator_hands_out_each_item_once_to_many_threads():
 def test_identity_sampler_batch_composition():
     ids = np.repeat(np.arange(10), 6)
     names = np.array([f"f{i}" for i in range(len(ids))])
-    feed = queued_trainer.random_sample_identities_forever(
+    feed = sampling.random_sample_identities_forever(
         12, 3, names, ids, seed=0)
     for _ in range(20):
         x, y = next(feed)
@@ -63,7 +63,7 @@ def test_identity_sampler_batch_composition():
 def test_identity_sampler_fills_up_from_further_identities():
     # identities 0..3 have a single image; 4 and 5 have plenty
     ids = np.array([0, 1, 2, 3] + [4] * 5 + [5] * 5)
-    feed = queued_trainer.random_sample_identities_forever(
+    feed = sampling.random_sample_identities_forever(
         8, 4, np.arange(len(ids)), ids, seed=1)
     for _ in range(30):
         x, y = next(feed)
@@ -75,22 +75,22 @@ def test_identity_sampler_fills_up_from_further_identities():
 def test_identity_sampler_rejects_data_that_cannot_fill_a_batch():
     ids = np.repeat(np.arange(5), 4)
     with pytest.raises(UsageError, match="too few identities: 5 .* at least 8"):
-        queued_trainer.random_sample_identities_forever(32, 4, ids, ids)
+        sampling.random_sample_identities_forever(32, 4, ids, ids)
     with pytest.raises(UsageError, match="batch_size=10 is not a multiple"):
-        queued_trainer.random_sample_identities_forever(10, 4, ids, ids)
+        sampling.random_sample_identities_forever(10, 4, ids, ids)
     with pytest.raises(UsageError, match="too few images: 3 .* needs 8"):
-        queued_trainer.random_sample_identities_forever(
+        sampling.random_sample_identities_forever(
             8, 4, np.arange(3), np.arange(3))
 
 
 def test_iterate_forever_wraps_around_in_order():
-    feed = queued_trainer.iterate_forever(4, np.arange(10), np.arange(10) * 2)
+    feed = sampling.iterate_forever(4, np.arange(10), np.arange(10) * 2)
     batches = [next(feed)[0].tolist() for _ in range(3)]
     assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]]
 
 
 def test_random_shuffle_forever_sees_every_sample_once_per_epoch():
-    feed = queued_trainer.random_shuffle_forever(5, np.arange(10),
+    feed = sampling.random_shuffle_forever(5, np.arange(10),
                                                  np.arange(10), seed=3)
     epoch = np.concatenate([next(feed)[0] for _ in range(2)])
     assert sorted(epoch.tolist()) == list(range(10))
@@ -104,7 +104,7 @@ def test_run_in_batches_processes_every_sample():
         calls.append(len(batch))
         return batch * 2
 
-    out = queued_trainer.run_in_batches(fn, np.arange(10), 4)
+    out = sampling.run_in_batches(fn, np.arange(10), 4)
     np.testing.assert_array_equal(out, np.arange(10) * 2)
     assert calls == [4, 4, 2]
 
@@ -197,7 +197,7 @@ def test_unreadable_file_is_named_in_the_main_thread(tmp_path):
         Image.fromarray(np.full((8, 4, 3), 30 * i, np.uint8)).save(path)
         names.append(str(path))
     (tmp_path / "img2.jpg").write_bytes(b"this is no jpeg")
-    feed = queued_trainer.iterate_forever(4, names, np.arange(4))
+    feed = sampling.iterate_forever(4, names, np.arange(4))
     trainer = queued_trainer.QueuedTrainer(feed, SHAPE, num_threads=2,
                                            capacity=8)
     dequeue = tf.function(lambda: trainer.dequeue(4))
@@ -217,7 +217,7 @@ def test_file_names_are_decoded_resized_and_flipped(tmp_path):
     image[:, :4] = 255  # left half white
     path = os.path.join(tmp_path, "a.png")
     Image.fromarray(image).save(path)
-    feed = queued_trainer.iterate_forever(8, [path] * 8, np.zeros(8))
+    feed = sampling.iterate_forever(8, [path] * 8, np.zeros(8))
     trainer = queued_trainer.QueuedTrainer(feed, SHAPE, num_threads=1,
                                            capacity=64)
     with trainer:

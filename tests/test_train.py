@@ -7,25 +7,23 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from cosine_metric_learning import checkpoints, losses, train_app
+from cosine_metric_learning import checkpoints, losses, training
 from cosine_metric_learning.errors import UsageError
 from datasets import market1501, mars
+from datasets.spec import DatasetSpec
+from tests.conftest import small_config
 
 pytestmark = pytest.mark.slow
 
-MARKET = train_app.DatasetSpec(
+MARKET = DatasetSpec(
     name="market1501", num_classes=market1501.MAX_LABEL + 1,
     read_train=market1501.read_train_split_to_str,
     default_dataset_dir="unused")
 
 
 def _config(dataset_dir, log_dir, run_id="run", **kwargs):
-    settings = dict(batch_size=16, images_per_id=4, number_of_steps=3,
-                    num_enqueue_threads=2, queue_capacity=64,
-                    save_summaries_secs=3600, log_interval_secs=3600)
-    settings.update(kwargs)
-    return train_app.TrainConfig(dataset_dir=dataset_dir, log_dir=str(log_dir),
-                                 run_id=run_id, **settings)
+    return small_config(dataset_dir, log_dir, run_id, **{
+        "number_of_steps": 3, "loss_mode": "cosine-softmax", **kwargs})
 
 
 def _scalars(run_dir):
@@ -49,7 +47,7 @@ def test_each_loss_mode_trains_and_writes_checkpoint_and_summaries(
         market_dir, tmp_path, loss_mode):
     config = _config(market_dir, tmp_path, run_id=loss_mode,
                      loss_mode=loss_mode)
-    result = train_app.train(MARKET, config)
+    result = training.train(MARKET, config)
     assert result.step == 3 and result.signal is None
     assert result.checkpoint == os.path.join(config.run_dir, "ckpt-3")
     objects = checkpoints.checkpoint_objects(result.checkpoint)
@@ -72,7 +70,7 @@ def test_each_loss_mode_trains_and_writes_checkpoint_and_summaries(
         assert cosine_tags.isdisjoint(scalars)
     # summaries at the first and the last step; total = chosen + weight
     assert [s for s, _ in scalars["losses/total_loss"]] == [1, 3]
-    chosen = dict(scalars["losses/" + losses.loss_name(loss_mode)])
+    chosen = dict(scalars["losses/" + losses.get(loss_mode).summary_name])
     weight = dict(scalars["losses/weight_loss"])
     for step, total in scalars["losses/total_loss"]:
         assert np.isfinite(total)
@@ -84,11 +82,11 @@ def test_each_loss_mode_trains_and_writes_checkpoint_and_summaries(
 
 
 def test_rerun_continues_from_the_latest_checkpoint(market_dir, tmp_path):
-    first = train_app.train(MARKET, _config(market_dir, tmp_path,
+    first = training.train(MARKET, _config(market_dir, tmp_path,
                                             number_of_steps=2,
                                             loss_mode="triplet"))
     assert first.step == 2
-    second = train_app.train(MARKET, _config(market_dir, tmp_path,
+    second = training.train(MARKET, _config(market_dir, tmp_path,
                                              number_of_steps=4,
                                              loss_mode="triplet"))
     assert second.step == 4
@@ -101,25 +99,25 @@ def test_rerun_continues_from_the_latest_checkpoint(market_dir, tmp_path):
     assert int(iterations) == 4
     assert int(_read(second.checkpoint, "step/.ATTRIBUTES/VARIABLE_VALUE")) == 4
     # a run that already reached its steps trains no more
-    third = train_app.train(MARKET, _config(market_dir, tmp_path,
+    third = training.train(MARKET, _config(market_dir, tmp_path,
                                             number_of_steps=4,
                                             loss_mode="triplet"))
     assert third.step == 4 and third.checkpoint == second.checkpoint
 
 
 def test_continuing_a_run_with_another_loss_is_refused(market_dir, tmp_path):
-    train_app.train(MARKET, _config(market_dir, tmp_path, number_of_steps=1,
+    training.train(MARKET, _config(market_dir, tmp_path, number_of_steps=1,
                                     loss_mode="magnet"))
     with pytest.raises(UsageError, match="with --loss_mode=cosine-softmax: "
                        "it was trained with --loss_mode=magnet"):
-        train_app.train(MARKET, _config(market_dir, tmp_path,
+        training.train(MARKET, _config(market_dir, tmp_path,
                                         number_of_steps=2,
                                         loss_mode="cosine-softmax"))
     # a run from before run.json: the checkpoint's contents still tell
     os.remove(tmp_path / "run" / "run.json")
     with pytest.raises(UsageError, match="holds a checkpoint of another "
                                          "network or loss.*classifier"):
-        train_app.train(MARKET, _config(market_dir, tmp_path,
+        training.train(MARKET, _config(market_dir, tmp_path,
                                         number_of_steps=2,
                                         loss_mode="cosine-softmax"))
 
@@ -127,7 +125,7 @@ def test_continuing_a_run_with_another_loss_is_refused(market_dir, tmp_path):
 def test_checkpoints_every_interval_are_all_kept(market_dir, tmp_path):
     config = _config(market_dir, tmp_path, number_of_steps=3,
                      save_interval_secs=1e-6, loss_mode="magnet")
-    train_app.train(MARKET, config)
+    training.train(MARKET, config)
     state = tf.train.get_checkpoint_state(config.run_dir)
     assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] \
         == ["ckpt-0", "ckpt-1", "ckpt-2", "ckpt-3"]
@@ -141,31 +139,31 @@ def _conv1_1_kernel(checkpoint):
 
 
 def test_warm_start_with_and_without_the_classifier(market_dir, tmp_path):
-    source = train_app.train(MARKET, _config(market_dir, tmp_path, "source",
+    source = training.train(MARKET, _config(market_dir, tmp_path, "source",
                                              number_of_steps=1,
                                              loss_mode="triplet"))
     # a triplet checkpoint has no classifier to restore
     with pytest.raises(UsageError, match="has no classifier"):
-        train_app.train(MARKET, _config(market_dir, tmp_path, "a",
+        training.train(MARKET, _config(market_dir, tmp_path, "a",
                                         restore_path=source.checkpoint))
     # fine-tuning leaves the classifier out; a tiny learning rate keeps the
     # restored encoder where it was
-    tuned = train_app.train(MARKET, _config(
+    tuned = training.train(MARKET, _config(
         market_dir, tmp_path, "b", number_of_steps=1, learning_rate=1e-12,
         restore_path=os.path.dirname(source.checkpoint),
         restore_classifier=False))
     np.testing.assert_allclose(_conv1_1_kernel(tuned.checkpoint),
                                _conv1_1_kernel(source.checkpoint), atol=1e-9)
     with pytest.raises(UsageError, match="no such checkpoint"):
-        train_app.train(MARKET, _config(market_dir, tmp_path, "c",
+        training.train(MARKET, _config(market_dir, tmp_path, "c",
                                         restore_path=str(tmp_path / "nope")))
 
 
 def test_mars_trains_on_resized_images(mars_dir, tmp_path):
-    dataset = train_app.DatasetSpec(
+    dataset = DatasetSpec(
         name="mars", num_classes=mars.MAX_LABEL + 1,
         read_train=mars.read_train_split_to_str, default_dataset_dir="unused")
-    result = train_app.train(dataset, _config(mars_dir, tmp_path,
+    result = training.train(dataset, _config(mars_dir, tmp_path,
                                               batch_size=8, images_per_id=2,
                                               number_of_steps=2))
     assert result.step == 2
@@ -184,4 +182,4 @@ def test_bad_settings_are_rejected_before_training(market_dir, tmp_path):
     ]
     for kwargs, message in cases:
         with pytest.raises(UsageError, match=message):
-            train_app.train(MARKET, _config(market_dir, tmp_path, **kwargs))
+            training.train(MARKET, _config(market_dir, tmp_path, **kwargs))

@@ -1,0 +1,213 @@
+"""The command line of the entry points: flags, mode dispatch, one-line
+errors.
+
+``train_market1501.py``, ``train_mars.py`` and ``train_custom.py`` describe
+their dataset with a :class:`datasets.spec.DatasetSpec` and call
+:func:`main`. The flags of the training and evaluator settings are derived
+from :mod:`cosine_metric_learning.settings`; the flags of the other modes
+are defined here.
+"""
+
+import dataclasses
+import enum
+import os
+import signal
+import sys
+import typing
+
+from absl import app, flags
+
+from cosine_metric_learning import checkpoints, evaluator, export, files
+from cosine_metric_learning import kit_features, protocol, settings
+from cosine_metric_learning import training
+from cosine_metric_learning.errors import TrainingError, UsageError
+from cosine_metric_learning.errors import parse_flags
+
+FLAGS = flags.FLAGS
+
+
+class Mode(enum.Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+    EXPORT = "export"
+    FINALIZE = "finalize"
+    FREEZE = "freeze"
+    TEST = "test"
+    SAVED_MODEL = "saved_model"
+
+
+# mode -> (writer(encoder, output, image_shape), check(output), default
+# output); check refuses a path the writer would not replace
+EXPORTERS = {
+    Mode.FREEZE: (export.freeze, lambda output: files.check_output(
+        output, export.FROZEN_GRAPH), "{name}.pb"),
+    Mode.FINALIZE: (lambda encoder, output, _: export.write_encoder_checkpoint(
+        encoder, output), export.check_checkpoint_prefix, "{name}.ckpt"),
+    Mode.SAVED_MODEL: (export.write_saved_model, lambda output:
+                       files.check_output(output, export.SAVED_MODEL),
+                       "{name}_saved_model"),
+}
+
+
+def _define(field, default):
+    """Define the flag of a settings field."""
+    name, help_text = field.name, field.metadata["help"]
+    allowed = settings.choices(field)
+    kind = typing.get_args(field.type) or (field.type,)
+    if allowed:
+        flags.DEFINE_enum(name, default, allowed, help_text)
+    elif bool in kind:
+        flags.DEFINE_boolean(name, default, help_text)
+    elif int in kind:
+        flags.DEFINE_integer(name, default, help_text)
+    elif float in kind:
+        flags.DEFINE_float(name, default, help_text)
+    else:
+        flags.DEFINE_string(name, default, help_text)
+
+
+def define_flags(dataset):
+    """Define the command-line flags (the original's names and defaults)."""
+    flags.DEFINE_enum_class("mode", Mode.TRAIN, Mode, "What to do.")
+    defaults = {"dataset_dir": dataset.default_dataset_dir,
+                "log_dir": f"./output/{dataset.name}/",
+                "eval_log_dir": f"./output/{dataset.name}_eval/"}
+    seen = set()
+    for config in (settings.TrainConfig, settings.EvalConfig):
+        for field in dataclasses.fields(config):
+            if field.name in seen:
+                continue
+            seen.add(field.name)
+            default = defaults.get(field.name, field.default)
+            if field.name == "log_dir":
+                # absl.logging already defines --log_dir (for log files it
+                # only writes when asked to); the original's flag takes it
+                FLAGS.set_default("log_dir", default)
+                FLAGS["log_dir"].help = field.metadata["help"]
+            else:
+                _define(field, default)
+    if dataset.default_sdk_dir is not None:
+        flags.DEFINE_string("sdk_dir", dataset.default_sdk_dir,
+                            "Path to the official evaluation kit.")
+    # --mode=test
+    flags.DEFINE_string("output_json", None, "test: also write the numbers "
+                        "to this JSON file.")
+    flags.DEFINE_boolean("flip_test", False, "test: add the features of the "
+                         "mirrored images (sum, re-normalised).")
+    flags.DEFINE_string("rank_image", None, "test: draw queries and their "
+                        "top 10 gallery entries into this PNG file.")
+    # --mode=freeze, finalize, saved_model
+    flags.DEFINE_string(
+        "output", None, "freeze: the .pb file (default <dataset>.pb); "
+        "finalize: the checkpoint prefix (default <dataset>.ckpt); "
+        "saved_model: the folder (default <dataset>_saved_model).")
+
+
+def config_from_flags(config_class):
+    """A TrainConfig or EvalConfig with the values of the flags."""
+    values = {field.name: FLAGS[field.name].value
+              for field in dataclasses.fields(config_class)}
+    if config_class is settings.TrainConfig:
+        values["run_id"] = values["run_id"] or training.random_run_id()
+    return config_class(**values)
+
+
+def restore_path_from_flags():
+    """``--restore_path``, else the latest checkpoint of ``--run_id``."""
+    if FLAGS.restore_path is None and FLAGS.run_id is not None:
+        return os.path.join(FLAGS.log_dir, FLAGS.run_id)
+    return FLAGS.restore_path
+
+
+def _train(dataset):
+    result = training.train(dataset, config_from_flags(settings.TrainConfig))
+    if result.signal is not None:
+        print(f"Stopped by {signal.Signals(result.signal).name} at step "
+              f"{result.step}; checkpoint {result.checkpoint}",
+              file=sys.stderr)
+        return 128 + result.signal
+    return 0
+
+
+def _eval(dataset):
+    if FLAGS.run_id is None:
+        raise UsageError("--mode=eval needs --run_id: the training run in "
+                         "--log_dir to evaluate")
+    evaluator.evaluate_checkpoints(dataset,
+                                   config_from_flags(settings.EvalConfig))
+    return 0
+
+
+def _test(dataset):
+    protocol.run_test(
+        dataset, restore_path_from_flags(), FLAGS.dataset_dir,
+        FLAGS.loss_mode, batch_size=FLAGS.batch_size,
+        flip_test=FLAGS.flip_test, output_json=FLAGS.output_json,
+        rank_image=FLAGS.rank_image)
+    return 0
+
+
+def _export_kit_features(dataset):
+    output_dir = (FLAGS.sdk_dir if dataset.default_sdk_dir is not None
+                  else FLAGS.dataset_dir)
+    for path in kit_features.export_features(
+            dataset, restore_path_from_flags(), FLAGS.dataset_dir,
+            output_dir, batch_size=FLAGS.batch_size):
+        print(f"wrote {path}")
+    return 0
+
+
+def _export_model(dataset):
+    write, check, default = EXPORTERS[FLAGS.mode]
+    output = FLAGS.output or default.format(name=dataset.name)
+    check(output)  # before the work: a bad path fails at once
+    encoder, path = checkpoints.load_encoder(restore_path_from_flags(),
+                                             dataset.image_shape)
+    print(f"wrote {write(encoder, output, dataset.image_shape)} "
+          f"(encoder of {path})")
+    return 0
+
+
+RUNNERS = {Mode.TRAIN: _train, Mode.EVAL: _eval, Mode.TEST: _test,
+           Mode.EXPORT: _export_kit_features,
+           **{mode: _export_model for mode in EXPORTERS}}
+
+
+def run_mode(dataset):
+    """Run the mode the flags ask for; returns the process exit status."""
+    mode = FLAGS.mode
+    if mode in (Mode.TEST, Mode.EXPORT) and dataset.read_test is None:
+        raise UsageError(f"--mode={mode.value}: {dataset.name} data has no "
+                         "standard test split; --mode=eval gives validation "
+                         "numbers")
+    return RUNNERS[mode](dataset)
+
+
+def main(dataset, make_dataset=None, extra_flags=None):
+    """Entry point: define flags, parse, run; user errors become one line.
+
+    ``make_dataset(dataset, FLAGS)``, if given, completes the dataset from
+    the parsed flags (``train_custom.py``); ``extra_flags()`` defines flags
+    of its own.
+    """
+    define_flags(dataset)
+    if extra_flags is not None:
+        extra_flags()
+
+    def _main(argv):
+        if len(argv) > 1:
+            print(f"error: unexpected arguments: {' '.join(argv[1:])}; "
+                  "flags are written --name=value", file=sys.stderr)
+            return 2
+        try:
+            spec = dataset if make_dataset is None else make_dataset(dataset,
+                                                                     FLAGS)
+            return run_mode(spec)
+        except UsageError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except TrainingError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+
+    app.run(_main, flags_parser=parse_flags)

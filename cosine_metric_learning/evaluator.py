@@ -1,0 +1,209 @@
+"""The checkpoint-polling evaluator (``--mode=eval``).
+
+It runs beside training on the CPU, evaluates each new checkpoint of a run
+on the validation identities and writes CMC and mAP to TensorBoard at the
+checkpoint's step.
+"""
+
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+from tensorboard.compat.proto import event_pb2
+
+from cosine_metric_learning import checkpoints, features, losses, metrics
+from cosine_metric_learning.errors import TrainingError, UsageError
+from cosine_metric_learning.errors import first_line
+from datasets import util as dataset_util
+from nets.deep_sort import network_definition
+
+PRECISION_TAG = "Precision@1"
+MAX_ATTEMPTS = 3  # reads of a checkpoint before it is skipped
+
+
+def evaluated_steps(eval_dir):
+    """Steps that already have a ``Precision@1`` value in ``eval_dir``.
+
+    Read back from the event files, so a restarted evaluator does not write
+    a second value for a step.
+    """
+    steps = set()
+    if not tf.io.gfile.isdir(eval_dir):
+        return steps
+    for name in tf.io.gfile.listdir(eval_dir):
+        if "tfevents" not in name:
+            continue
+        try:
+            for record in tf.data.TFRecordDataset(os.path.join(eval_dir,
+                                                               name)):
+                event = event_pb2.Event.FromString(record.numpy())
+                if any(v.tag == PRECISION_TAG for v in event.summary.value):
+                    steps.add(int(event.step))
+        except tf.errors.DataLossError:  # a truncated last record
+            logging.warning("Skipped the damaged end of %s", name)
+    return steps
+
+
+def read_validation_data(dataset, dataset_dir):
+    """File names, ids and cameras of the held-out validation identities."""
+    split = dataset.read_train(dataset_dir)
+    _, is_validation = dataset_util.split_validation(split.ids)
+    if not np.any(is_validation):
+        raise UsageError(f"{dataset_dir}: too few training identities "
+                         f"({len(np.unique(split.ids))}) to hold out 10 % "
+                         "for validation; at least 10 are needed")
+    return (split.filenames[is_validation], split.ids[is_validation],
+            split.cameras[is_validation])
+
+
+def pending_checkpoints(run_dir, handled):
+    """Checkpoints of a run not yet in ``handled``, oldest first."""
+    state = tf.train.get_checkpoint_state(run_dir)
+    if state is None:
+        return []
+    return [p for p in state.all_model_checkpoint_paths if p not in handled]
+
+
+class _DataError(Exception):
+    """The validation images, not the checkpoint, cannot be encoded: the
+    evaluator stops (a TrainingError) instead of retrying the checkpoint."""
+
+
+class _Evaluator:
+    """The validation data, the encoder and what has been evaluated."""
+
+    def __init__(self, dataset, config):
+        self.dataset, self.config = dataset, config
+        self.run_dir = config.run_dir
+        self.eval_dir = os.path.join(config.eval_log_dir, config.run_id)
+        self.filenames, self.ids, self.cameras = read_validation_data(
+            dataset, config.dataset_dir)
+        self.encoder = network_definition.create_encoder(dataset.image_shape)
+        self.encode = features.make_encode_fn(
+            self.encoder, dataset.image_shape, config.batch_size)
+        self.metric = losses.get(config.loss_mode).metric
+        self.done_steps = evaluated_steps(self.eval_dir)
+        self.writer = tf.summary.create_file_writer(self.eval_dir)
+        self.results, self.failures, self.handled = [], {}, set()
+        self.last_new = time.time()
+        self.final_step_done = False
+
+    def encode_readable(self):
+        """Features of the validation images; an unreadable one is named
+        and left out of this and every later evaluation."""
+        while True:
+            try:
+                values, bad = features.encode_or_blame(
+                    self.encode, self.filenames, self.dataset.image_shape)
+            except tf.errors.OpError as e:  # not the checkpoint's fault
+                raise _DataError("cannot encode the validation images: "
+                                 f"{first_line(e)}") from e
+            if not bad:
+                return values
+            for index, error in bad.items():
+                logging.warning("Skipping unreadable validation image '%s': "
+                                "%s", self.filenames[index], first_line(error))
+            keep = np.ones(len(self.filenames), bool)
+            keep[list(bad)] = False
+            if not np.any(keep):
+                raise _DataError("none of the validation images is "
+                                 "readable")
+            self.filenames, self.ids, self.cameras = (
+                self.filenames[keep], self.ids[keep], self.cameras[keep])
+
+    def evaluate(self, path):
+        """Evaluate one checkpoint (once per step); returns its step."""
+        step = checkpoints.checkpoint_step(path)
+        if step in self.done_steps:
+            logging.info("Step %d was evaluated before: skipping %s", step,
+                         path)
+            return step
+        checkpoints.restore(path, encoder=self.encoder)
+        values = metrics.validation_cmc(
+            self.encode_readable(), self.ids, self.cameras,
+            self.dataset.num_validation_galleries, self.metric)
+        with self.writer.as_default(step=step):
+            for name, value in values.items():
+                tf.summary.scalar(name, value)
+        self.writer.flush()
+        self.done_steps.add(step)
+        self.results.append((step, values))
+        logging.info("step %d: %s", step, "  ".join(
+            f"{k} {v:.3f}" for k, v in values.items()))
+        return step
+
+    def try_evaluate(self, path):
+        """Evaluate ``path``; a checkpoint that cannot be read is tried
+        again at the next poll and skipped after MAX_ATTEMPTS."""
+        self.last_new = time.time()
+        try:
+            step = self.evaluate(path)
+        except _DataError as e:
+            raise TrainingError(str(e)) from None
+        except (tf.errors.OpError, UsageError, ValueError) as e:
+            # deleted or still being written: try again at the next poll
+            self.failures[path] = self.failures.get(path, 0) + 1
+            logging.warning("Cannot read checkpoint %s (attempt %d of %d): "
+                            "%s", path, self.failures[path], MAX_ATTEMPTS,
+                            first_line(e))
+            if self.failures[path] >= MAX_ATTEMPTS:
+                logging.warning("Skipping %s", path)
+                self.handled.add(path)
+            return
+        self.handled.add(path)
+        total = self.config.number_of_steps
+        self.final_step_done |= total is not None and step >= total
+
+    def stop_reason(self):
+        config, waited = self.config, time.time() - self.last_new
+        if config.max_num_evaluations is not None and \
+                len(self.results) >= config.max_num_evaluations:
+            return f"{len(self.results)} evaluations done"
+        if self.final_step_done:
+            return (f"evaluated the training run's last step "
+                    f"({config.number_of_steps})")
+        if config.eval_timeout_secs is not None and \
+                waited >= config.eval_timeout_secs:
+            return f"no new checkpoint for {waited:.0f} s"
+        return None
+
+
+def evaluate_checkpoints(dataset, config):
+    """Poll ``log_dir/run_id`` and evaluate each new checkpoint once, oldest
+    first.
+
+    Stops after ``max_num_evaluations`` evaluations, after a checkpoint at
+    or beyond ``number_of_steps``, or when no new checkpoint appeared for
+    ``eval_timeout_secs``; with none of these it polls until interrupted.
+
+    Returns
+    -------
+    list of (step, dict)
+        The metrics of every checkpoint evaluated by this call.
+    """
+    config.validate()
+    run = _Evaluator(dataset, config)
+    logging.info("Evaluating checkpoints of %s on %d images of %d validation "
+                 "identities (%s distance, %d galleries); summaries to %s",
+                 run.run_dir, len(run.ids), len(np.unique(run.ids)),
+                 run.metric, dataset.num_validation_galleries, run.eval_dir)
+    warned_empty = False
+    while run.stop_reason() is None:
+        pending = pending_checkpoints(run.run_dir, run.handled)
+        if not pending and not run.handled and not warned_empty:
+            logging.warning("No checkpoint in %s yet%s: waiting for one "
+                            "(is --log_dir/--run_id the training run's?)",
+                            run.run_dir, "" if os.path.isdir(run.run_dir)
+                            else " (the folder does not exist)")
+            warned_empty = True
+        for path in pending:
+            run.try_evaluate(path)
+            if run.stop_reason() is not None:
+                break
+        else:
+            time.sleep(config.eval_interval_secs)
+    logging.info("Evaluator stopping: %s", run.stop_reason())
+    run.writer.close()
+    return run.results

@@ -1,0 +1,48 @@
+"""Features of image files with a restored encoder, for the evaluator, the
+test protocol and the kits' feature files."""
+
+import numpy as np
+import tensorflow as tf
+
+from cosine_metric_learning import preprocessing, sampling
+
+
+def make_encode_fn(encoder, image_shape, batch_size, flip_test=False):
+    """A function mapping file names to features ``(N, D)``, in batches.
+
+    With ``flip_test`` the features of each image and its mirror image are
+    summed and re-normalised.
+    """
+    load = preprocessing.make_batch_loader(image_shape, training=False)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def encode(filenames):
+        images = load(filenames)
+        features = encoder(images, training=False)
+        if flip_test:
+            features += encoder(tf.reverse(images, axis=[2]), training=False)
+            features = tf.math.l2_normalize(features, axis=1)
+        return features
+
+    return lambda filenames: sampling.run_in_batches(
+        lambda batch: encode(batch).numpy(), filenames, batch_size)
+
+
+def encode_or_blame(encode, filenames, image_shape):
+    """``(features, {})``, or ``(None, {index: error})`` naming the files
+    that cannot be read when encoding failed because of them; a failure no
+    file is to blame for is raised."""
+    try:
+        return encode(filenames), {}
+    except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError):
+        bad = preprocessing.unreadable_files(filenames, image_shape)
+        if not bad:
+            raise
+        return None, bad
+
+
+def pool_groups(features, groups):
+    """Average each group's features and L2-normalise: (len(groups), D)."""
+    pooled = np.stack([features[g].mean(axis=0) for g in groups])
+    norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+    return pooled / np.maximum(norms, 1e-12)

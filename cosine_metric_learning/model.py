@@ -1,0 +1,123 @@
+"""What a training step computes: the networks of a loss mode, the optimizer
+and the step function (forward pass, losses, gradients, update)."""
+
+import contextlib
+import dataclasses
+from typing import Optional
+
+import keras
+import tensorflow as tf
+
+from cosine_metric_learning import losses
+from nets.deep_sort import network_definition
+
+# --mixed_precision -> Keras dtype policy of the network's layers
+MIXED_PRECISION_POLICIES = {"none": "float32", "bf16": "mixed_bfloat16",
+                            "fp16": "mixed_float16"}
+
+
+@dataclasses.dataclass
+class TrainingModel:
+    """The networks a loss mode trains; the classifier only if it needs one."""
+
+    encoder: keras.Model
+    activation_model: keras.Model
+    classifier: Optional[keras.Model]
+
+    @property
+    def models(self):
+        """The models with weights: the encoder and the classifier, if any."""
+        return [m for m in (self.encoder, self.classifier) if m is not None]
+
+    @property
+    def trainable_variables(self):
+        return [v for m in self.models for v in m.trainable_variables]
+
+    @property
+    def variables(self):
+        """All weights, batch-norm statistics included."""
+        return [v for m in self.models for v in m.variables]
+
+    def weight_loss(self):
+        return tf.add_n([term for m in self.models for term in m.losses])
+
+
+@contextlib.contextmanager
+def dtype_policy(name):
+    """Build layers under a Keras dtype policy, restoring the old one."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def create_model(dataset, loss_mode, mixed_precision="none"):
+    """The encoder and, if the loss mode needs it, the classifier head.
+
+    With mixed precision the layers compute in bfloat16 or float16 and keep
+    float32 weights; the features and the classifier stay float32.
+    """
+    with dtype_policy(MIXED_PRECISION_POLICIES[mixed_precision]):
+        encoder = network_definition.create_encoder(dataset.image_shape)
+        classifier = None
+        if losses.get(loss_mode).needs_classifier:
+            classifier = network_definition.create_classifier(
+                dataset.num_classes)
+        activations = network_definition.create_activation_model(encoder)
+    return TrainingModel(encoder, activations, classifier)
+
+
+def create_optimizer(learning_rate, mixed_precision="none"):
+    """Adam with TF1's defaults (epsilon 1e-8, not Keras' 1e-7); with fp16,
+    wrapped in dynamic loss scaling."""
+    optimizer = keras.optimizers.Adam(learning_rate=learning_rate,
+                                      beta_1=0.9, beta_2=0.999, epsilon=1e-8)
+    if mixed_precision == "fp16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def make_train_step(model, optimizer, loss_mode, step):
+    """One optimisation step on a batch; wrap it in a ``tf.function``.
+
+    Returns
+    -------
+    callable
+        ``step_fn(images, labels) -> dict`` of scalar metrics (every loss
+        the model can compute, the weight loss, the losses' monitors and
+        the classifier's scale) and, for summaries, ``images`` and
+        ``activations``.
+    """
+    variables = model.trainable_variables
+    trained = losses.get(loss_mode).summary_name
+
+    def step_fn(images, labels):
+        with tf.GradientTape() as tape:
+            features, activations = model.activation_model(images,
+                                                           training=True)
+            logits = None
+            if model.classifier is not None:
+                logits = model.classifier(features, training=True)
+            terms, metrics = losses.compute_all(labels, features, logits)
+            if model.classifier is not None:
+                metrics["scale"] = tf.nn.softplus(
+                    model.classifier.get_layer("ball").scale)
+            weight_loss = tf.cast(model.weight_loss(), tf.float32)
+            total = terms[trained] + weight_loss
+            # replicas' gradients are summed: each contributes its share
+            replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+            scaled = total / replicas
+            if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+                scaled = optimizer.scale_loss(scaled)
+        gradients = tape.gradient(scaled, variables)
+        optimizer.apply_gradients(zip(gradients, variables))
+        step.assign_add(1)
+        metrics.update({f"losses/{k}": v for k, v in terms.items()})
+        metrics["losses/weight_loss"] = weight_loss
+        metrics["losses/total_loss"] = total
+        return {"scalars": metrics, "images": images,
+                "activations": activations}
+
+    return step_fn

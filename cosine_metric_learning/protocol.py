@@ -1,0 +1,139 @@
+"""The standard test protocol (``--mode=test``): the numbers papers
+report, computed with the datasets' official protocols without MATLAB.
+
+The test split is encoded once (MARS tracklets are averaged), ranked with
+the loss mode's distance and scored with CMC and mAP (``metrics.py``);
+``--output_json`` and ``--rank_image`` write the numbers and a picture.
+"""
+
+import json
+
+import numpy as np
+from absl import logging
+from PIL import Image, ImageDraw, PngImagePlugin
+
+from cosine_metric_learning import checkpoints, files, losses, metrics
+from cosine_metric_learning import features as features_lib
+from cosine_metric_learning.errors import UsageError, first_line
+
+# an existing --output_json is replaced only if it is one of these
+RESULTS_JSON = files.json_kind(
+    {"dataset", "mAP"}, "test numbers written by --mode=test (a JSON object "
+    "with 'dataset' and 'mAP')")
+
+
+def test_features(dataset, restore_path, dataset_dir, batch_size,
+                  flip_test=False, split=None):
+    """Encode the test split (read unless given); returns ``(split, image
+    features, checkpoint path)``."""
+    if split is None:
+        split = dataset.read_test(dataset_dir)
+    encoder, path = checkpoints.load_encoder(restore_path,
+                                             dataset.image_shape)
+    encode = features_lib.make_encode_fn(encoder, dataset.image_shape,
+                                         batch_size, flip_test)
+    logging.info("Encoding %d test images with %s", len(split.filenames),
+                 path)
+    values, bad = features_lib.encode_or_blame(encode, split.filenames,
+                                               dataset.image_shape)
+    if bad:
+        index, error = next(iter(bad.items()))
+        raise UsageError(
+            f"cannot read test image '{split.filenames[index]}' "
+            f"({first_line(error)}){_and_more(len(bad))}; the standard "
+            "protocol needs every image of the test split")
+    return split, values, path
+
+
+def _and_more(count):
+    return f" and {count - 1} more" if count > 1 else ""
+
+
+def evaluate_split(split, features, metric):
+    """Standard-protocol metrics and the distance matrix of a test split."""
+    query = features_lib.pool_groups(features, split.query_groups)
+    gallery = features_lib.pool_groups(features, split.gallery_groups)
+    distances = metrics.distance_matrix(query, gallery, metric)
+    result = metrics.evaluate_ranking(
+        distances, split.query_ids, split.gallery_ids, split.query_cameras,
+        split.gallery_cameras)
+    return result, distances
+
+
+def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
+             flip_test=False, output_json=None, rank_image=None):
+    """``--mode=test``: print and return rank-k CMC and mAP."""
+    if output_json:
+        files.check_output(output_json, RESULTS_JSON)
+    if rank_image:
+        files.check_output(rank_image, files.PNG)
+    split, features, path = test_features(dataset, restore_path, dataset_dir,
+                                          batch_size, flip_test)
+    metric = losses.get(loss_mode).metric
+    result, distances = evaluate_split(split, features, metric)
+    summary = {k: v for k, v in result.items() if k != "cmc"}
+    summary.update(dataset=dataset.name, checkpoint=path, metric=metric,
+                   flip_test=flip_test)
+    print(format_table(summary))
+    if output_json:
+        files.write_atomically(output_json, lambda f: json.dump(
+            summary, f, indent=2), RESULTS_JSON)
+        print(f"wrote {output_json}")
+    if rank_image:
+        draw_rank_image(rank_image, split, distances)
+        print(f"wrote {rank_image}")
+    return summary
+
+
+def format_table(summary):
+    """The test numbers as a small text table."""
+    rows = [(k, summary[k]) for k in summary if k.startswith("rank-")]
+    rows += [("mAP", summary["mAP"]),
+             ("mAP (non-interpolated)", summary["mAP_noninterpolated"])]
+    lines = [f"{summary['dataset']} test, {summary['num_queries']} queries, "
+             f"{summary['metric']} distance"
+             f"{', flip test' if summary['flip_test'] else ''}",
+             f"{'metric':24s} {'value':>7s}", "-" * 32]
+    lines += [f"{name:24s} {100 * value:6.2f}%" for name, value in rows]
+    return "\n".join(lines)
+
+
+def draw_rank_image(path, split, distances, num_queries=8, top=10,
+                    seed=0, tile=(64, 128), border=4):
+    """A grid of queries and their top gallery entries (junk removed).
+
+    Each row is a query followed by its ``top`` nearest gallery entries;
+    matches are framed green and non-matches red.
+    """
+    rng = np.random.RandomState(seed)
+    chosen = np.sort(rng.choice(len(split.query_groups),
+                                min(num_queries, len(split.query_groups)),
+                                replace=False))
+    width, height = tile
+    cell_w, cell_h = width + 2 * border, height + 2 * border
+    canvas = Image.new("RGB", (cell_w * (top + 1) + border, cell_h * len(
+        chosen)), "white")
+    draw = ImageDraw.Draw(canvas)
+
+    def paste(group, col, row, color):
+        x, y = col * cell_w + (border if col else 0), row * cell_h
+        if color:
+            draw.rectangle([x, y, x + cell_w - 1, y + cell_h - 1], fill=color)
+        image = Image.open(split.filenames[group[0]]).convert("RGB")
+        canvas.paste(image.resize(tile), (x + border, y + border))
+
+    for row, q in enumerate(chosen):
+        paste(split.query_groups[q], 0, row, None)
+        q_id, q_cam = split.query_ids[q], split.query_cameras[q]
+        junk = (split.gallery_ids == -1) | (
+            (split.gallery_ids == q_id) & (split.gallery_cameras == q_cam))
+        order = [g for g in np.argsort(distances[q], kind="stable")
+                 if not junk[g]][:top]
+        for col, g in enumerate(order, start=1):
+            match = split.gallery_ids[g] == q_id
+            paste(split.gallery_groups[g], col, row,
+                  (0, 170, 0) if match else (220, 0, 0))
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Software", files.PNG_SOFTWARE)
+    files.write_atomically(path, lambda f: canvas.save(
+        f, format="PNG", pnginfo=info), files.PNG, binary=True)

@@ -1,0 +1,39 @@
+"""What a training run shows: the progress line and the TensorBoard
+summaries."""
+
+import tensorflow as tf
+from absl import logging
+
+from cosine_metric_learning import losses
+
+
+def write_summaries(writer, step, result, scalars, conv1_1_kernel):
+    """Write the step's and the loop's scalars, input images, filters and
+    activation histograms."""
+    with writer.as_default(step=step):
+        for name, value in {**result["scalars"], **scalars}.items():
+            tf.summary.scalar(name, value)
+        tf.summary.image("input_batch", result["images"], max_outputs=8)
+        kernel = tf.transpose(conv1_1_kernel, [3, 0, 1, 2])  # (32, 3, 3, 3)
+        low = tf.reduce_min(kernel)
+        kernel = (kernel - low) / (tf.reduce_max(kernel) - low + 1e-12)
+        tf.summary.image("conv1_1_filters", kernel, max_outputs=32)
+        for name, activation in result["activations"].items():
+            tf.summary.histogram(f"activations/{name}",
+                                 tf.cast(activation, tf.float32))
+    writer.flush()
+
+
+def log_progress(config, step, scalars, steps_per_second, queue_fill):
+    """The progress line: step, losses, accuracy (if the loss has one),
+    throughput and queue fill."""
+    total = config.number_of_steps
+    chosen = scalars["losses/" + losses.get(config.loss_mode).summary_name]
+    extra = f"  accuracy {scalars['accuracy']:.3f}" if "accuracy" in scalars \
+        else ""
+    logging.info(
+        "step %d%s  loss %.4f (%s %.4f, weight %.2e)%s  %.2f steps/s  "
+        "%.1f images/s  queue %.0f%%", step, f"/{total}" if total else "",
+        scalars["losses/total_loss"], config.loss_mode, chosen,
+        scalars["losses/weight_loss"], extra, steps_per_second,
+        steps_per_second * config.batch_size, 100.0 * queue_fill)

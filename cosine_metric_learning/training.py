@@ -1,0 +1,358 @@
+"""The training loop: from the training split to checkpoints.
+
+:func:`train` reads the split, starts the queued input pipeline, builds
+the model (``model.py``) under the ``tf.distribute`` strategy
+(``distribute.py``), continues the run from its newest complete checkpoint
+or warm-starts it, and steps until ``--number_of_steps`` or a stop signal,
+with checkpoints, summaries (``summaries.py``) and progress lines on their
+own intervals.
+"""
+
+import dataclasses
+import os
+import shutil
+import signal
+import string
+import tempfile
+import threading
+import time
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from cosine_metric_learning import checkpoints, distribute, model as model_lib
+from cosine_metric_learning import queued_trainer, run_settings, sampling
+from cosine_metric_learning import summaries
+from cosine_metric_learning.errors import TrainingError, UsageError
+from cosine_metric_learning.errors import first_line
+from datasets import util as dataset_util
+
+
+@dataclasses.dataclass
+class TrainResult:
+    step: int
+    checkpoint: Optional[str]
+    signal: Optional[int] = None  # the signal that stopped the run
+
+
+def random_run_id(length=6):
+    """A random run id of lower-case letters and digits, as the original."""
+    alphabet = np.array(list(string.ascii_lowercase + string.digits))
+    return "".join(np.random.choice(alphabet, length))
+
+
+class StopSignal:
+    """Turns SIGINT/SIGTERM into a stop request checked between steps."""
+
+    def __init__(self):
+        self.received = None
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received is None:
+            self.received = signum
+            logging.warning("Received %s: stopping after this step and "
+                            "saving a checkpoint (send it again to abort "
+                            "without saving)", signal.Signals(signum).name)
+        else:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc_info):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        return False
+
+
+class Periodic:
+    """An action due every ``interval`` seconds since it last ran."""
+
+    def __init__(self, interval, now):
+        self.interval, self.last = interval, now
+
+    def due(self, now, force=False):
+        return force or now - self.last >= self.interval
+
+    def ran(self, now):
+        self.last = now
+
+
+# Before the first step ---------------------------------------------------------
+
+def read_training_data(dataset, config):
+    """The training split (validation identities held out) as arrays."""
+    split = dataset.read_train(config.dataset_dir)
+    is_train, _ = dataset_util.split_validation(split.ids)
+    filenames, ids = split.filenames[is_train], split.ids[is_train]
+    too_large = ids[(ids < 0) | (ids >= dataset.num_classes)]
+    if len(too_large):
+        raise UsageError(
+            f"person id {too_large[0]} in {config.dataset_dir} is outside "
+            f"0..{dataset.num_classes - 1} for {dataset.name}")
+    return filenames, ids
+
+
+def prepare_run_dir(dataset, config, chief):
+    """Create ``log_dir/run_id``; check or record the run's settings and
+    write the label map of custom data."""
+    try:
+        os.makedirs(config.run_dir, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--log_dir={config.log_dir}: cannot create "
+                         f"{config.run_dir}: {e.strerror}") from e
+    if not os.access(config.run_dir, os.W_OK):
+        raise UsageError(f"--log_dir={config.log_dir}: {config.run_dir} is "
+                         "not writable")
+    settings = run_settings.settings(dataset.name, config.loss_mode,
+                                     dataset.image_shape)
+    has_checkpoint = tf.train.get_checkpoint_state(config.run_dir) is not None
+    if not (has_checkpoint and run_settings.check(config.run_dir, settings)) \
+            and chief:
+        run_settings.record(config.run_dir, settings)
+    if dataset.label_names is not None:
+        path = run_settings.write_label_map(config.run_dir,
+                                            dataset.label_names,
+                                            config.dataset_dir)
+        logging.info("Label numbering of the %d identities: %s",
+                     len(dataset.label_names), path)
+
+
+# The run -----------------------------------------------------------------------
+
+class _Run:
+    """A training run's state: model, optimizer, step, checkpoints, writer."""
+
+    def __init__(self, dataset, config, strategy, chief, trainer):
+        self.config, self.strategy, self.chief = config, strategy, chief
+        self.trainer = trainer
+        with strategy.scope():
+            self.model = model_lib.create_model(dataset, config.loss_mode,
+                                                config.mixed_precision)
+            self.optimizer = model_lib.create_optimizer(
+                config.learning_rate, config.mixed_precision)
+            self.optimizer.build(self.model.trainable_variables)
+            self.step = tf.Variable(
+                0, dtype=tf.int64, trainable=False, name="global_step",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        objects = {"step": self.step, "encoder": self.model.encoder,
+                   "optimizer": self.optimizer}
+        if self.model.classifier is not None:
+            objects["classifier"] = self.model.classifier
+        checkpoint = tf.train.Checkpoint(**objects)
+        # workers other than the chief save to a folder of their own (their
+        # part of a multi-worker save), which is thrown away
+        self.save_dir = config.run_dir if chief else tempfile.mkdtemp()
+        self.manager = tf.train.CheckpointManager(checkpoint, self.save_dir,
+                                                  max_to_keep=None)
+        self.last_path = None
+        if self.manager.latest_checkpoint:
+            self.last_path = checkpoints.newest_complete(config.run_dir)
+            checkpoints.continue_run(checkpoint, objects, self.last_path,
+                                     config.run_dir, config.loss_mode)
+            logging.info("Continuing %s from %s (step %d)", config.run_dir,
+                         self.last_path, self.current_step())
+        elif config.restore_path:
+            checkpoints.warm_start(self.model, config.restore_path,
+                                   config.restore_classifier)
+        self.per_replica = config.batch_size // strategy.num_replicas_in_sync
+        self.train_step = self._distributed_step()
+        self.writer = (tf.summary.create_file_writer(config.run_dir)
+                       if chief else tf.summary.create_noop_writer())
+
+    def _distributed_step(self):
+        step_fn = model_lib.make_train_step(self.model, self.optimizer,
+                                            self.config.loss_mode, self.step)
+        strategy, trainer, size = self.strategy, self.trainer, \
+            self.per_replica
+
+        @tf.function
+        def train_step():
+            # every replica dequeues its share of the batch from the queue
+            result = strategy.run(lambda: step_fn(*trainer.dequeue(size)))
+
+            def first_replica(value):
+                return strategy.experimental_local_results(value)[0]
+
+            return {"scalars": {k: strategy.reduce("MEAN", v, axis=None)
+                                for k, v in result["scalars"].items()},
+                    "images": first_replica(result["images"]),
+                    "activations": {k: first_replica(v) for k, v in
+                                    result["activations"].items()}}
+
+        return train_step
+
+    def current_step(self):
+        return int(self.step.numpy())
+
+    def done(self):
+        total = self.config.number_of_steps
+        return total is not None and self.current_step() >= total
+
+    def save(self, reason):
+        """Save the current step; TrainingError if it cannot be saved."""
+        current = self.current_step()
+        if not all(np.all(np.isfinite(v.numpy()))
+                   for v in self.model.variables):
+            raise TrainingError(
+                f"the weights are not finite at step {current}: not saving "
+                f"them; {_kept(self.last_path)}")
+        try:
+            path = self.manager.save(checkpoint_number=current)
+        except (OSError, tf.errors.OpError) as e:
+            checkpoints.remove_partial(self.config.run_dir, current)
+            raise TrainingError(
+                f"cannot save a checkpoint in {self.config.run_dir}: "
+                f"{first_line(e)}; {_kept(self.last_path, 'is intact')}"
+            ) from e
+        logging.info("Saved checkpoint %s (%s)", path, reason)
+        self.last_path = path
+        return path
+
+    def step_once(self):
+        """Train one step; None when the feed generator is exhausted."""
+        self.trainer.raise_if_failed()
+        try:
+            result = self.train_step()
+        except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
+            self.trainer.raise_if_failed()
+            logging.info("The feed generator is exhausted")
+            return None
+        total = float(result["scalars"]["losses/total_loss"])
+        if not np.isfinite(total):
+            raise TrainingError(_non_finite_message(
+                self.current_step(), result["scalars"], self.last_path))
+        return result
+
+    def report(self, result, rate, summary):
+        """The progress line and, if ``summary``, TensorBoard summaries."""
+        config, current = self.config, self.current_step()
+        scalars = {k: float(v) for k, v in result["scalars"].items()}
+        queue_fill = self.trainer.size() / self.trainer.capacity
+        summaries.log_progress(config, current, scalars, rate, queue_fill)
+        if summary:
+            summaries.write_summaries(self.writer, current, result, {
+                "learning_rate": config.learning_rate,
+                "queue/fill_fraction": queue_fill,
+                "performance/images_per_second": rate * config.batch_size,
+                "input/unreadable_images": len(self.trainer.unreadable)},
+                self.model.encoder.get_layer("conv1_1").kernel)
+
+    def close(self):
+        self.writer.close()
+        if not self.chief:
+            shutil.rmtree(self.save_dir, ignore_errors=True)
+
+
+def _loop(run, stop):
+    """Step until done or stopped, with the periodic actions; the last step
+    is saved."""
+    config = run.config
+    if run.last_path is None:
+        # the evaluator's baseline, the initial weights, once the input is
+        # known to be readable
+        run.trainer.wait_for(run.per_replica,
+                             stop=lambda: stop.received is not None)
+        run.save("initial weights")
+    saved_step = log_step = run.current_step()
+    now = time.time()
+    logs = Periodic(config.log_interval_secs, now)
+    writes = Periodic(config.save_summaries_secs, now)
+    saves = Periodic(config.save_interval_secs, now)
+    first = True
+    while not run.done() and stop.received is None:
+        result = run.step_once()
+        if result is None:
+            break
+        now, current = time.time(), run.current_step()
+        edge = first or run.done()  # the first and last steps are shown
+        if logs.due(now, edge):
+            rate = (current - log_step) / max(now - logs.last, 1e-9)
+            summary = writes.due(now, edge)
+            run.report(result, rate, summary)
+            if summary:
+                writes.ran(now)
+            logs.ran(now)
+            log_step = current
+        if saves.due(now):
+            run.save("interval")
+            saved_step = current
+            saves.ran(now)
+        first = False
+    if saved_step != run.current_step():
+        run.save("stopped by " + signal.Signals(stop.received).name
+                 if stop.received else "end of training")
+
+
+def train(dataset, config):
+    """Train until ``number_of_steps`` or a stop signal.
+
+    Checkpoints go to ``log_dir/run_id`` every ``save_interval_secs`` and at
+    the end; a rerun with the same directory continues from its newest
+    complete checkpoint and step.
+
+    Returns
+    -------
+    TrainResult
+    """
+    config.validate()
+    strategy = distribute.create_strategy(config.strategy, config.devices)
+    replicas = strategy.num_replicas_in_sync
+    distribute.check_batch_split(config.batch_size, config.images_per_id,
+                                 replicas)
+    chief = distribute.is_chief(strategy)
+    filenames, ids = read_training_data(dataset, config)
+    unreadable = set()  # filled by the producers, skipped by the sampler
+    feed = sampling.random_sample_identities_forever(
+        config.batch_size, config.images_per_id, filenames, ids,
+        exclude=unreadable)
+    prepare_run_dir(dataset, config, chief)
+    trainer = queued_trainer.QueuedTrainer(
+        feed, dataset.image_shape, training=True,
+        num_threads=config.num_enqueue_threads,
+        capacity=config.queue_capacity, unreadable=unreadable,
+        max_unreadable=int(config.max_unreadable_fraction * len(filenames)))
+    run = _Run(dataset, config, strategy, chief, trainer)
+    logging.info(
+        "Training %s on %d images of %d identities (%s, batch %d = %d x %d"
+        "%s); writing to %s", dataset.name, len(ids), len(np.unique(ids)),
+        config.loss_mode, config.batch_size,
+        config.batch_size // config.images_per_id, config.images_per_id,
+        f", {replicas} replicas of {run.per_replica}" if replicas > 1 else "",
+        config.run_dir)
+    stop = StopSignal()
+    try:
+        if run.done():
+            logging.warning("%s is at step %d, already at --number_of_steps="
+                            "%d: nothing to train (raise --number_of_steps "
+                            "to train on)", config.run_dir,
+                            run.current_step(), config.number_of_steps)
+        else:
+            with stop, trainer:
+                _loop(run, stop)
+    finally:
+        run.close()
+    # a worker's own checkpoints went with its scratch folder
+    return TrainResult(run.current_step(), run.last_path if chief else None,
+                       stop.received)
+
+
+def _kept(last_path, state="is kept"):
+    if last_path is None:
+        return "no checkpoint of this run was saved before"
+    return f"the last checkpoint {last_path} {state}"
+
+
+def _non_finite_message(step, scalars, last_path):
+    terms = ", ".join(f"{name[len('losses/'):]}={float(value):.4g}"
+                      for name, value in sorted(scalars.items())
+                      if name.startswith("losses/"))
+    return (f"the loss is not finite at step {step} ({terms}); stopping "
+            f"without saving: {_kept(last_path)}. A lower --learning_rate "
+            "may help")

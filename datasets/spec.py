@@ -1,0 +1,48 @@
+"""What the entry points need to know about a dataset, and the registry of
+the datasets the original trains on."""
+
+import dataclasses
+from typing import Callable, Optional, Tuple
+
+from datasets import market1501, mars
+from nets.deep_sort import network_definition
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset as the shared entry point sees it.
+
+    ``read_train(dataset_dir)`` returns a :class:`datasets.util.TrainSplit`;
+    ``read_test(dataset_dir)`` a :class:`datasets.util.TestSplit` (None:
+    no standard test split). Exported kit features go to ``--sdk_dir`` for
+    datasets that have a default for it, else to ``--dataset_dir``.
+    """
+    name: str
+    num_classes: int
+    read_train: Callable
+    default_dataset_dir: str
+    read_test: Optional[Callable] = None
+    default_sdk_dir: Optional[str] = None
+    num_validation_galleries: int = 10
+    image_shape: Tuple[int, int, int] = network_definition.IMAGE_SHAPE
+    label_names: Optional[list] = None  # saved as labels.json when set
+
+
+MARKET1501 = DatasetSpec(
+    name="market1501",
+    num_classes=market1501.MAX_LABEL + 1,
+    read_train=market1501.read_train_split_to_str,
+    read_test=market1501.read_test_protocol,
+    num_validation_galleries=10,
+    default_dataset_dir="./Market-1501-v15.09.15/",
+    default_sdk_dir="./Market-1501_baseline-v16.01.14/")
+
+MARS = DatasetSpec(
+    name="mars",
+    num_classes=mars.MAX_LABEL + 1,
+    read_train=mars.read_train_split_to_str,
+    read_test=mars.read_test_protocol,
+    num_validation_galleries=20,
+    default_dataset_dir="./MARS-evaluation-master/")
+
+DATASETS = {spec.name: spec for spec in (MARKET1501, MARS)}

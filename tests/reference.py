@@ -1,0 +1,41 @@
+"""Independent reference implementations the tests compare against."""
+
+import numpy as np
+
+
+def kit_reference(distances, q_ids, g_ids, q_cams, g_cams, ranks):
+    """A straightforward per-query loop after the Market-1501 kit."""
+    cmcs, aps, plain = [], [], []
+    for q in range(len(q_ids)):
+        order = np.argsort(distances[q], kind="stable")
+        good = [g for g in order if g_ids[g] == q_ids[q]
+                and g_cams[g] != q_cams[q] and g_ids[g] != -1]
+        if not good:
+            continue
+        ngood, hits, j, ap, ap_plain = len(good), 0, 0, 0.0, 0.0
+        old_recall, old_precision = 0.0, 1.0
+        cmc = np.zeros(len(order))
+        found = False
+        for g in order:
+            if g_ids[g] == -1 or (g_ids[g] == q_ids[q]
+                                  and g_cams[g] == q_cams[q]):
+                continue
+            is_good = g in good
+            if is_good and not found:
+                cmc[j:] = 1
+                found = True
+            hits += is_good
+            recall, precision = hits / ngood, hits / (j + 1)
+            ap += (recall - old_recall) * (old_precision + precision) / 2
+            if is_good:
+                ap_plain += precision / ngood
+            old_recall, old_precision = recall, precision
+            j += 1
+        cmcs.append(cmc)
+        aps.append(ap)
+        plain.append(ap_plain)
+    cmc = np.mean(cmcs, axis=0)
+    out = {f"rank-{k}": cmc[k - 1] for k in ranks}
+    out.update(mAP=np.mean(aps), mAP_noninterpolated=np.mean(plain),
+               num_queries=len(aps))
+    return out

@@ -24,7 +24,7 @@ test: install
 # run: it evaluates every checkpoint and stops after the last step's.
 demo: install
 	rm -rf $(DEMO_DIR)/output $(DEMO_DIR)/eval
-	$(PY) -m datasets.synthetic --layout=market1501 \
+	$(PY) -m cosine_metric_learning.datasets.synthetic --layout=market1501 \
 		--output_dir=$(DEMO_DIR)/Market-1501-synthetic
 	CUDA_VISIBLE_DEVICES="" $(PY) train_market1501.py --mode=eval \
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \

@@ -16,8 +16,8 @@ import functools
 from absl import flags
 
 from cosine_metric_learning import cli, settings
-from datasets import image_folder
-from datasets.spec import DatasetSpec
+from cosine_metric_learning.datasets import image_folder
+from cosine_metric_learning.datasets.spec import DatasetSpec
 
 DATASET = DatasetSpec(
     name="custom", num_classes=0, read_train=None,

@@ -6,7 +6,7 @@
 """
 
 from cosine_metric_learning import cli
-from datasets.spec import MARKET1501 as DATASET
+from cosine_metric_learning.datasets.spec import MARKET1501 as DATASET
 
 if __name__ == "__main__":
     cli.main(DATASET)

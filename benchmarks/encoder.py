@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import export, preprocessing
-from nets.deep_sort import network_definition
+from cosine_metric_learning.nets.deep_sort import network_definition
 
 
 def _rate(fn, patches, seconds):

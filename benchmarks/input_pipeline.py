@@ -26,8 +26,8 @@ import tensorflow as tf
 
 from cosine_metric_learning import preprocessing, queued_trainer
 from cosine_metric_learning import model as model_lib, sampling
-from datasets import market1501, synthetic
-from datasets.spec import MARKET1501 as DATASET
+from cosine_metric_learning.datasets import market1501, synthetic
+from cosine_metric_learning.datasets.spec import MARKET1501 as DATASET
 
 
 def _steps_per_second(step, steps):

@@ -19,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from cosine_metric_learning import model as model_lib
-from datasets.spec import MARKET1501 as DATASET
-from nets.deep_sort import network_definition
+from cosine_metric_learning.datasets.spec import MARKET1501 as DATASET
+from cosine_metric_learning.nets.deep_sort import network_definition
 
 
 def main(argv=None):

@@ -7,7 +7,7 @@ from absl import logging
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from cosine_metric_learning.errors import UsageError, first_line
-from nets.deep_sort import network_definition
+from cosine_metric_learning.nets.deep_sort import network_definition
 
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 

@@ -16,7 +16,7 @@ from tensorflow.core.framework import graph_pb2
 
 from cosine_metric_learning import checkpoints, export
 from cosine_metric_learning.errors import UsageError
-from nets.deep_sort import network_definition
+from cosine_metric_learning.nets.deep_sort import network_definition
 
 
 def _enable_memory_growth():

@@ -16,8 +16,8 @@ from tensorboard.compat.proto import event_pb2
 from cosine_metric_learning import checkpoints, features, losses, metrics
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import first_line
-from datasets import util as dataset_util
-from nets.deep_sort import network_definition
+from cosine_metric_learning.datasets import util as dataset_util
+from cosine_metric_learning.nets.deep_sort import network_definition
 
 PRECISION_TAG = "Precision@1"
 MAX_ATTEMPTS = 3  # reads of a checkpoint before it is skipped

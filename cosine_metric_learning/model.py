@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 
 from cosine_metric_learning import losses
-from nets.deep_sort import network_definition
+from cosine_metric_learning.nets.deep_sort import network_definition
 
 # --mixed_precision -> Keras dtype policy of the network's layers
 MIXED_PRECISION_POLICIES = {"none": "float32", "bf16": "mixed_bfloat16",

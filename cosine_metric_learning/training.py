@@ -27,7 +27,7 @@ from cosine_metric_learning import queued_trainer, run_settings, sampling
 from cosine_metric_learning import summaries
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import first_line
-from datasets import util as dataset_util
+from cosine_metric_learning.datasets import util as dataset_util
 
 
 @dataclasses.dataclass

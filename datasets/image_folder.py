@@ -23,7 +23,7 @@ import numpy as np
 
 from cosine_metric_learning import preprocessing
 from cosine_metric_learning.errors import UsageError
-from datasets import market1501, util
+from cosine_metric_learning.datasets import market1501, util
 
 LAYOUTS = ("auto", "identity_folders", "market")
 IMAGE_EXTENSIONS = preprocessing.IMAGE_EXTENSIONS

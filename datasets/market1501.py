@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from datasets import util
+from cosine_metric_learning.datasets import util
 from cosine_metric_learning.errors import UsageError
 
 MAX_LABEL = 1501

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import scipy.io
 
-from datasets import util
+from cosine_metric_learning.datasets import util
 from cosine_metric_learning.errors import UsageError
 
 MAX_LABEL = 1500

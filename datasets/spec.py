@@ -4,8 +4,8 @@ the datasets the original trains on."""
 import dataclasses
 from typing import Callable, Optional, Tuple
 
-from datasets import market1501, mars
-from nets.deep_sort import network_definition
+from cosine_metric_learning.datasets import market1501, mars
+from cosine_metric_learning.nets.deep_sort import network_definition
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.io
 from PIL import Image, ImageDraw
 
-from datasets import market1501, mars
+from cosine_metric_learning.datasets import market1501, mars
 
 NUM_CAMERAS = 6
 BASE_SIZE = (64, 128)  # (width, height) of a rendered person

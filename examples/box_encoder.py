@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
-from datasets import market1501
+from cosine_metric_learning.datasets import market1501
 
 
 def main(argv=None):

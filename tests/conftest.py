@@ -9,7 +9,7 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import pytest  # noqa: E402
 
-from datasets import synthetic  # noqa: E402
+from cosine_metric_learning.datasets import synthetic  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the environment of every subprocess a test starts: quiet TensorFlow, CPU

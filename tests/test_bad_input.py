@@ -19,9 +19,9 @@ from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import checkpoints, evaluator, export, files
 from cosine_metric_learning import training
 from cosine_metric_learning.errors import UsageError
-from datasets import synthetic
+from cosine_metric_learning.datasets import synthetic
 from tests.conftest import run_script, small_config
-from datasets.spec import MARKET1501 as MARKET
+from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from PIL import Image
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import settings
 from cosine_metric_learning.errors import UsageError
-from datasets import image_folder, synthetic
-from nets.deep_sort import network_definition
+from cosine_metric_learning.datasets import image_folder, synthetic
+from cosine_metric_learning.nets.deep_sort import network_definition
 from tests.conftest import run_script
 
 

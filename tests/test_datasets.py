@@ -8,7 +8,7 @@ import scipy.io
 from PIL import Image
 
 from cosine_metric_learning.errors import UsageError
-from datasets import market1501, mars, util
+from cosine_metric_learning.datasets import market1501, mars, util
 
 
 # Market-1501 ------------------------------------------------------------------

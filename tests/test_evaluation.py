@@ -16,8 +16,8 @@ from cosine_metric_learning import training
 from cosine_metric_learning.errors import UsageError
 from tests.conftest import ENV, ROOT, small_config
 from tests.reference import kit_reference
-from datasets.spec import MARKET1501 as MARKET
-from datasets.spec import MARS
+from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
+from cosine_metric_learning.datasets.spec import MARS
 
 pytestmark = pytest.mark.slow
 
@@ -102,7 +102,7 @@ def test_evaluator_stops_after_the_last_training_step(
 
 def _encode_reference(checkpoint, filenames):
     """Features of single files, through a freshly restored encoder."""
-    from nets.deep_sort import network_definition
+    from cosine_metric_learning.nets.deep_sort import network_definition
     encoder = network_definition.create_encoder()
     tf.train.Checkpoint(encoder=encoder).restore(checkpoint).expect_partial()
     images = np.stack([np.asarray(Image.open(f).convert("RGB").resize(
@@ -128,7 +128,7 @@ def spread_checkpoint(tmp_path_factory):
     of 1e-6), where rankings hinge on rounding; Glorot-scaled random
     kernels give the protocol tests well separated distances.
     """
-    from nets.deep_sort import network_definition
+    from cosine_metric_learning.nets.deep_sort import network_definition
     encoder = network_definition.spread_kernels(
         network_definition.create_encoder(), seed=11)
     path = str(tmp_path_factory.mktemp("spread") / "encoder")
@@ -215,7 +215,7 @@ def test_flip_test_sums_the_features_of_both_orientations(
     assert np.abs(plain[:4] - mirror).max() < 1e-4
     images = np.stack([np.asarray(Image.open(f))[:, ::-1]
                        for f in split.filenames[:4]])
-    from nets.deep_sort import network_definition
+    from cosine_metric_learning.nets.deep_sort import network_definition
     encoder = network_definition.create_encoder()
     tf.train.Checkpoint(encoder=encoder).restore(
         market_checkpoint).expect_partial()

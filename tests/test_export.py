@@ -13,7 +13,7 @@ from PIL import Image
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import export
 from cosine_metric_learning.errors import UsageError
-from nets.deep_sort import network_definition
+from cosine_metric_learning.nets.deep_sort import network_definition
 from tests.conftest import ENV, ROOT, run_script
 
 pytestmark = pytest.mark.slow

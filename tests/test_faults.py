@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from cosine_metric_learning import queued_trainer, training
 from cosine_metric_learning.errors import TrainingError
 from tests.conftest import ENV, ROOT, run_script, small_config
-from datasets.spec import MARKET1501 as MARKET
+from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ import tensorflow as tf
 from cosine_metric_learning import checkpoints, settings, training
 from cosine_metric_learning import model as model_lib
 from cosine_metric_learning.errors import UsageError
-from nets.deep_sort import network_definition
-from datasets.spec import MARKET1501 as MARKET
+from cosine_metric_learning.nets.deep_sort import network_definition
+from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 from tests.conftest import small_config
 
 

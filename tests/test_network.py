@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from nets.deep_sort import network_definition
+from cosine_metric_learning.nets.deep_sort import network_definition
 
 
 def _encoder():

@@ -9,8 +9,8 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from cosine_metric_learning import checkpoints, losses, training
 from cosine_metric_learning.errors import UsageError
-from datasets import market1501, mars
-from datasets.spec import DatasetSpec
+from cosine_metric_learning.datasets import market1501, mars
+from cosine_metric_learning.datasets.spec import DatasetSpec
 from tests.conftest import small_config
 
 pytestmark = pytest.mark.slow
@@ -132,7 +132,7 @@ def test_checkpoints_every_interval_are_all_kept(market_dir, tmp_path):
 
 
 def _conv1_1_kernel(checkpoint):
-    from nets.deep_sort import network_definition
+    from cosine_metric_learning.nets.deep_sort import network_definition
     encoder = network_definition.create_encoder()
     tf.train.Checkpoint(encoder=encoder).restore(checkpoint).expect_partial()
     return encoder.get_layer("conv1_1").kernel.numpy()

@@ -9,7 +9,7 @@ and the classifier can be left out when fine-tuning on other identities.
 import keras
 import tensorflow as tf
 
-from nets.deep_sort import residual_net
+from cosine_metric_learning.nets.deep_sort import residual_net
 
 IMAGE_SHAPE = (128, 64, 3)
 FEATURE_DIM = 128

@@ -12,7 +12,7 @@ tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from cosine_metric_learning import distribute, settings, training
 from cosine_metric_learning import model as model_lib
-from datasets.spec import MARKET1501 as DATASET
+from cosine_metric_learning.datasets.spec import MARKET1501 as DATASET
 
 part, market_dir, log_dir = sys.argv[1:4]
 report = {}

@@ -11,7 +11,7 @@ os.environ["TF_CONFIG"] = json.dumps({
     "cluster": {"worker": [f"localhost:{p}" for p in ports.split(",")]},
     "task": {"type": "worker", "index": int(index)}})
 from cosine_metric_learning import settings, training
-from datasets.spec import MARKET1501 as DATASET
+from cosine_metric_learning.datasets.spec import MARKET1501 as DATASET
 result = training.train(DATASET, settings.TrainConfig(
     dataset_dir=market_dir, log_dir=log_dir, run_id="run",
     batch_size=16, number_of_steps=3, num_enqueue_threads=2,

@@ -3,6 +3,16 @@
 import numpy as np
 
 
+def restored_encoder(checkpoint):
+    """The encoder of a checkpoint, restored with ``tf.train.Checkpoint``
+    directly rather than through the library's checkpoints module."""
+    import tensorflow as tf
+    from cosine_metric_learning.nets.deep_sort import network_definition
+    encoder = network_definition.create_encoder()
+    tf.train.Checkpoint(encoder=encoder).restore(checkpoint).expect_partial()
+    return encoder
+
+
 def kit_reference(distances, q_ids, g_ids, q_cams, g_cams, ranks):
     """A straightforward per-query loop after the Market-1501 kit."""
     cmcs, aps, plain = [], [], []

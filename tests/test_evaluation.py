@@ -15,7 +15,7 @@ from cosine_metric_learning import evaluator, kit_features, protocol, settings
 from cosine_metric_learning import training
 from cosine_metric_learning.errors import UsageError
 from tests.conftest import ENV, ROOT, small_config
-from tests.reference import kit_reference
+from tests.reference import kit_reference, restored_encoder
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 from cosine_metric_learning.datasets.spec import MARS
 
@@ -102,9 +102,7 @@ def test_evaluator_stops_after_the_last_training_step(
 
 def _encode_reference(checkpoint, filenames):
     """Features of single files, through a freshly restored encoder."""
-    from cosine_metric_learning.nets.deep_sort import network_definition
-    encoder = network_definition.create_encoder()
-    tf.train.Checkpoint(encoder=encoder).restore(checkpoint).expect_partial()
+    encoder = restored_encoder(checkpoint)
     images = np.stack([np.asarray(Image.open(f).convert("RGB").resize(
         (64, 128), Image.Resampling.BILINEAR)) for f in filenames])
     return encoder(images.astype(np.float32) / 255.0, training=False).numpy()
@@ -215,10 +213,7 @@ def test_flip_test_sums_the_features_of_both_orientations(
     assert np.abs(plain[:4] - mirror).max() < 1e-4
     images = np.stack([np.asarray(Image.open(f))[:, ::-1]
                        for f in split.filenames[:4]])
-    from cosine_metric_learning.nets.deep_sort import network_definition
-    encoder = network_definition.create_encoder()
-    tf.train.Checkpoint(encoder=encoder).restore(
-        market_checkpoint).expect_partial()
+    encoder = restored_encoder(market_checkpoint)
     mirrored = encoder(images.astype(np.float32) / 255.0,
                        training=False).numpy()
     expected = plain[:4] + mirrored

@@ -12,6 +12,7 @@ from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.datasets import market1501, mars
 from cosine_metric_learning.datasets.spec import DatasetSpec
 from tests.conftest import small_config
+from tests.reference import restored_encoder
 
 pytestmark = pytest.mark.slow
 
@@ -132,10 +133,7 @@ def test_checkpoints_every_interval_are_all_kept(market_dir, tmp_path):
 
 
 def _conv1_1_kernel(checkpoint):
-    from cosine_metric_learning.nets.deep_sort import network_definition
-    encoder = network_definition.create_encoder()
-    tf.train.Checkpoint(encoder=encoder).restore(checkpoint).expect_partial()
-    return encoder.get_layer("conv1_1").kernel.numpy()
+    return restored_encoder(checkpoint).get_layer("conv1_1").kernel.numpy()
 
 
 def test_warm_start_with_and_without_the_classifier(market_dir, tmp_path):

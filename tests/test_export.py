@@ -11,7 +11,7 @@ import tensorflow as tf
 from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import export
+from cosine_metric_learning import export, preprocessing
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.nets.deep_sort import network_definition
 from tests.conftest import ENV, ROOT, run_script
@@ -208,9 +208,10 @@ def test_encode_cli_writes_features_and_file_names(frozen, tmp_path):
     assert names == [str(crops / f"{i}.jpg") for i in range(5)]
     mat = scipy.io.loadmat(tmp_path / "features.mat")
     np.testing.assert_allclose(mat["features"], features, atol=1e-6)
-    # the same as the library on the same file
+    # the same as the library on the same file, read as training reads it
     loaded = encoder_lib.load(frozen)
-    image = np.asarray(Image.open(crops / "1.jpg").convert("RGB"))[..., ::-1]
+    image = preprocessing.read_image(tf.constant(str(crops / "1.jpg")),
+                                     (128, 64, 3)).numpy()[..., ::-1]
     assert np.abs(loaded(image[None])[0] - features[1]).max() < 1e-5
 
 

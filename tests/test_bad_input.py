@@ -16,8 +16,8 @@ from PIL import Image
 from tensorboard.backend.event_processing import event_accumulator
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import checkpoints, evaluator, export, files
-from cosine_metric_learning import training
+from cosine_metric_learning import checkpoints, encode, evaluator, export
+from cosine_metric_learning import files, protocol, training
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.datasets import synthetic
 from tests.conftest import run_script, small_config
@@ -147,17 +147,16 @@ def test_test_mode_outputs_are_checked_before_the_work(run, market_dir,
     _one_error_line(result, "does not exist")
     assert "Encoding" not in result.stderr
 
-    # its own outputs, twice; a photo of the user's is not one
+    # its own outputs are replaced; a photo of the user's is not one
     out_json, ranks = tmp_path / "test.json", tmp_path / "ranks.png"
-    args = ["train_market1501.py", "--mode=test", "--loss_mode=triplet",
-            f"--dataset_dir={market_dir}", f"--restore_path={run[1]}",
-            f"--output_json={out_json}", f"--rank_image={ranks}"]
     for _ in range(2):
-        result = run_script(*args)
-        assert result.returncode == 0, result.stderr[-2000:]
+        protocol.run_test(MARKET, run[1], market_dir, "triplet",
+                          output_json=str(out_json), rank_image=str(ranks))
     assert "mAP" in json.loads(out_json.read_text())
-    result = run_script(*args[:-1], f"--rank_image={photo}")
-    _one_error_line(result, f"refusing to replace {photo}")
+    assert files.PNG.matches(str(ranks))
+    with pytest.raises(UsageError, match=f"refusing to replace {photo}"):
+        protocol.run_test(MARKET, run[1], market_dir, "triplet",
+                          rank_image=str(photo))
     assert Image.open(photo).getpixel((0, 0)) == (0, 0, 255)
 
 
@@ -183,15 +182,13 @@ def test_kit_export_and_encode_cli_keep_other_files(run, market_dir,
                     str(tmp_path / "mine.filenames.txt"))
     assert "encoded" not in result.stderr  # refused before the work
     assert (tmp_path / "mine.filenames.txt").read_text() == "a list of mine\n"
-    # its own earlier output is replaced
-    out = tmp_path / "f.npy"
-    for _ in range(2):
-        result = run_script("-m", "cosine_metric_learning.encode",
-                            f"--model={run[1]}", f"--images={crops}",
-                            f"--output={out}")
-        assert result.returncode == 0, result.stderr[-2000:]
+    # its own earlier output is replaced, even with another number of rows
+    out = str(tmp_path / "f.npy")
+    for rows in (3, 5):
+        encode.write_features(out, np.ones((rows, 4), np.float32),
+                              [f"{i}.jpg" for i in range(rows)])
     names = (tmp_path / "f.filenames.txt").read_text().splitlines()
-    assert len(names) == len(np.load(out)) > 0
+    assert len(names) == len(np.load(out)) == 5
 
 
 def test_files_recognise_only_their_own_kind(tmp_path):

@@ -190,9 +190,12 @@ def main(dataset, make_dataset=None, extra_flags=None):
     the parsed flags (``train_custom.py``); ``extra_flags()`` defines flags
     of its own.
     """
+    before = set(FLAGS)
     define_flags(dataset)
     if extra_flags is not None:
         extra_flags()
+    for name in set(FLAGS) - before | {"log_dir"}:  # listed by --help
+        FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
 
     def _main(argv):
         if len(argv) > 1:

@@ -219,6 +219,20 @@ def test_full_disk_when_saving_keeps_the_previous_checkpoint(
     assert _step_of(previous) == 1
 
 
+def test_full_disk_at_the_first_save_says_no_checkpoint_was_saved(
+        market_dir, tmp_path):
+    result = subprocess.run(
+        _train_args(market_dir, tmp_path, "--number_of_steps=1"), cwd=ROOT,
+        env=ENV, capture_output=True, text=True, timeout=300,
+        preexec_fn=_file_size_limit(5))
+    assert result.returncode == 1, result.stderr[-2000:]
+    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1 and "cannot save a checkpoint" in errors[0]
+    assert "no checkpoint of this run was saved before" in errors[0]
+    assert "None" not in errors[0]
+    assert tf.train.latest_checkpoint(tmp_path / "run") is None
+
+
 def test_unwritable_log_dir_is_a_clear_error_at_start(market_dir, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("a file, not a folder")

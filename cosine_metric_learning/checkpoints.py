@@ -1,5 +1,6 @@
 """Finding, inspecting and restoring checkpoints."""
 
+import glob
 import os
 
 import tensorflow as tf
@@ -35,21 +36,19 @@ def reader(prefix):
 
 def verify(prefix):
     """Read every value of a checkpoint; DamagedCheckpointError names the
-    file that cannot be read (a truncated ``.data`` file, a bad index)."""
+    file that cannot be read (a truncated ``.data`` file, a bad index).
+
+    Returns the checkpoint's reader.
+    """
     values = reader(prefix)
     for key in values.get_variable_to_shape_map():
         try:
             values.get_tensor(key)
         except (tf.errors.OpError, IndexError, ValueError) as e:
-            data = sorted(tf.io.gfile.glob(glob_escape(prefix) + ".data-*"))
+            data = sorted(tf.io.gfile.glob(glob.escape(prefix) + ".data-*"))
             raise _damaged(prefix, " or ".join(data) or "its data file",
                            e) from e
-    return prefix
-
-
-def glob_escape(path):
-    """``path`` with the characters ``tf.io.gfile.glob`` expands escaped."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in path)
+    return values
 
 
 def resolve_checkpoint(path, flag="--restore_path"):
@@ -103,13 +102,13 @@ def restore(path, **objects):
         If the checkpoint lacks one of ``objects`` or holds it with other
         variables or shapes.
     """
-    verify(path)
+    shapes = verify(path).get_variable_to_shape_map()
     saved = checkpoint_objects(path)
     missing = sorted(set(objects) - saved)
     if missing:
         raise UsageError(f"checkpoint {path} has no {' or '.join(missing)} "
                          f"(it has: {', '.join(sorted(saved))})")
-    _check_shapes(path, objects)
+    _check_shapes(path, shapes, objects)
     try:
         # read, not restore: restore adds a save_counter that an encoder-only
         # checkpoint lacks
@@ -120,14 +119,14 @@ def restore(path, **objects):
                          f"{' and '.join(objects)}: {first_line(e)}") from e
 
 
-def _check_shapes(path, objects):
-    """Refuse a checkpoint that holds no value of some variable's shape.
+def _check_shapes(path, shape_map, objects):
+    """Refuse a checkpoint that holds no value of some variable's shape
+    (``shape_map``: the checkpoint's key -> shape).
 
     Checked before reading, as TensorFlow would fail on the first such
     variable and then warn about every value it did not restore.
     """
-    shapes = {tuple(shape) for shape in
-              reader(path).get_variable_to_shape_map().values()}
+    shapes = {tuple(shape) for shape in shape_map.values()}
     for name, obj in objects.items():
         for variable in getattr(obj, "weights", []):  # not RNG states
             if tuple(variable.shape) not in shapes:

@@ -26,7 +26,6 @@ from cosine_metric_learning import files, preprocessing, settings
 from cosine_metric_learning.errors import UsageError, first_line
 from cosine_metric_learning.errors import parse_flags
 
-IMAGE_EXTENSIONS = preprocessing.IMAGE_EXTENSIONS
 FLAGS = flags.FLAGS
 
 
@@ -34,13 +33,14 @@ def list_images(pattern):
     """Sorted image files of a folder or a glob pattern."""
     if os.path.isdir(pattern):
         paths = [os.path.join(pattern, n) for n in os.listdir(pattern)
-                 if n.lower().endswith(IMAGE_EXTENSIONS)]
+                 if n.lower().endswith(preprocessing.IMAGE_EXTENSIONS)]
     else:
         paths = [f for f in glob.glob(pattern) if os.path.isfile(f)]
     if not paths:
         raise UsageError(f"--images={pattern}: no image files found "
                          f"(expected a folder or a glob of "
-                         f"{'/'.join(IMAGE_EXTENSIONS)} files)")
+                         f"{'/'.join(preprocessing.IMAGE_EXTENSIONS)} "
+                         "files)")
     return sorted(paths)
 
 

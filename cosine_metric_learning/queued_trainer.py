@@ -1,7 +1,8 @@
 """The queued input pipeline: producer threads filling a FIFO queue.
 
 A feed generator (``sampling.py``) yields batches of inputs (file names or
-uint8 images) and int labels. Producer threads take batches from one ``ThreadSafeIterator``
+uint8 images) and int labels. Producer threads take batches from one
+``ThreadSafeIterator``
 over it, each runs a ``tf.function`` that reads, decodes, resizes and
 preprocesses the batch and ``enqueue_many``s it onto a ``tf.queue.FIFOQueue``
 on the CPU. The training step dequeues ``batch_size`` elements at a time.

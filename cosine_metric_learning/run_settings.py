@@ -15,11 +15,9 @@ from cosine_metric_learning.errors import UsageError
 
 FILENAME = "run.json"
 LABEL_MAP_NAME = "labels.json"
-# setting -> how it is written on the command line
-FLAGS = {"loss_mode": "--loss_mode", "image_shape": "--image_shape",
-         "dataset": "the dataset"}
-KIND = files.json_kind(set(FLAGS), "the settings of a training run "
-                       f"({', '.join(FLAGS)})")
+SETTINGS = ("loss_mode", "image_shape", "dataset")  # must not change
+KIND = files.json_kind(set(SETTINGS), "the settings of a training run "
+                       f"({', '.join(SETTINGS)})")
 
 
 def settings(dataset_name, loss_mode, image_shape):
@@ -41,11 +39,12 @@ def read(run_dir):
 
 
 def _text(name, value):
+    """A setting as the user writes it."""
     if name == "image_shape":
         return f"--image_shape={value[0]},{value[1]}"
     if name == "dataset":
         return f"dataset {value}"
-    return f"{FLAGS[name]}={value}"
+    return f"--{name}={value}"
 
 
 def check(run_dir, current):
@@ -56,7 +55,7 @@ def check(run_dir, current):
     recorded = read(run_dir)
     if recorded is None:
         return False
-    for name in FLAGS:
+    for name in SETTINGS:
         if name in recorded and recorded[name] != current[name]:
             raise UsageError(
                 f"cannot continue {run_dir} with {_text(name, current[name])}: "

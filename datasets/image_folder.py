@@ -26,13 +26,12 @@ from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.datasets import market1501, util
 
 LAYOUTS = ("auto", "identity_folders", "market")
-IMAGE_EXTENSIONS = preprocessing.IMAGE_EXTENSIONS
 LAYOUT_TEXT = ("one folder per identity (root/<identity>/<image>) or "
                "Market-1501 file names in one folder")
 
 
 def _is_image(name):
-    return name.lower().endswith(IMAGE_EXTENSIONS)
+    return name.lower().endswith(preprocessing.IMAGE_EXTENSIONS)
 
 
 def read_image_folder(root, layout="auto", camera_regex=None):

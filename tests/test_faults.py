@@ -195,6 +195,21 @@ def _file_size_limit(megabytes):
     return apply
 
 
+def _train_on_a_full_disk(market_dir, log_dir, steps):
+    """Train to ``steps`` where no file may exceed 5 MB (a checkpoint is
+    33 MB, so its save fails); the run must stop with one error line, which
+    is returned."""
+    result = subprocess.run(
+        _train_args(market_dir, log_dir, f"--number_of_steps={steps}"),
+        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
+        preexec_fn=_file_size_limit(5))
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1 and "cannot save a checkpoint" in errors[0]
+    return errors[0]
+
+
 def test_full_disk_when_saving_keeps_the_previous_checkpoint(
         market_dir, tmp_path):
     first = run_script("train_market1501.py", *_train_args(
@@ -202,16 +217,8 @@ def test_full_disk_when_saving_keeps_the_previous_checkpoint(
     assert first.returncode == 0, first.stderr[-2000:]
     previous = tf.train.latest_checkpoint(tmp_path / "run")
     size = os.path.getsize(previous + ".data-00000-of-00001")
-    # a checkpoint is 33 MB: a 5 MB file size limit makes the next save fail
-    result = subprocess.run(
-        _train_args(market_dir, tmp_path, "--number_of_steps=2"), cwd=ROOT,
-        env=ENV, capture_output=True, text=True, timeout=300,
-        preexec_fn=_file_size_limit(5))
-    assert result.returncode == 1, result.stderr[-2000:]
-    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-    assert len(errors) == 1 and "cannot save a checkpoint" in errors[0]
-    assert f"the last checkpoint {previous} is intact" in errors[0]
-    assert "Traceback" not in result.stderr
+    error = _train_on_a_full_disk(market_dir, tmp_path, 2)
+    assert f"the last checkpoint {previous} is intact" in error
     assert tf.train.latest_checkpoint(tmp_path / "run") == previous
     assert os.path.getsize(previous + ".data-00000-of-00001") == size
     assert sorted(os.listdir(tmp_path / "run")) == sorted(
@@ -221,15 +228,9 @@ def test_full_disk_when_saving_keeps_the_previous_checkpoint(
 
 def test_full_disk_at_the_first_save_says_no_checkpoint_was_saved(
         market_dir, tmp_path):
-    result = subprocess.run(
-        _train_args(market_dir, tmp_path, "--number_of_steps=1"), cwd=ROOT,
-        env=ENV, capture_output=True, text=True, timeout=300,
-        preexec_fn=_file_size_limit(5))
-    assert result.returncode == 1, result.stderr[-2000:]
-    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-    assert len(errors) == 1 and "cannot save a checkpoint" in errors[0]
-    assert "no checkpoint of this run was saved before" in errors[0]
-    assert "None" not in errors[0]
+    error = _train_on_a_full_disk(market_dir, tmp_path, 1)
+    assert "no checkpoint of this run was saved before" in error
+    assert "None" not in error
     assert tf.train.latest_checkpoint(tmp_path / "run") is None
 
 

@@ -2,6 +2,7 @@
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,9 +23,13 @@ def _run(*args, **kwargs):
 
 
 def test_install_leaves_another_datasets_package_importable(tmp_path):
-    # a wheel of the project, installed into a fresh virtual environment
+    # a wheel of the project, built from a copy of its sources (a build
+    # writes a build/ folder beside them), installed into a fresh venv
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".*", "build", "demo", "output", "__pycache__", "*.egg-info"))
     _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-         "--wheel-dir", str(tmp_path / "wheel"), ROOT)
+         "--wheel-dir", str(tmp_path / "wheel"), str(source))
     wheel, = glob.glob(str(tmp_path / "wheel" / "*.whl"))
     top_level = {name.split("/")[0] for name in
                  zipfile.ZipFile(wheel).namelist()}

@@ -17,7 +17,8 @@ import typing
 
 from absl import app, flags
 
-from cosine_metric_learning import checkpoints, evaluator, export, files
+from cosine_metric_learning import backends, checkpoints, deploy, evaluator
+from cosine_metric_learning import export, files
 from cosine_metric_learning import kit_features, protocol, settings
 from cosine_metric_learning import training
 from cosine_metric_learning.errors import TrainingError, UsageError
@@ -34,10 +35,13 @@ class Mode(enum.Enum):
     FREEZE = "freeze"
     TEST = "test"
     SAVED_MODEL = "saved_model"
+    ONNX = "onnx"
+    OPENVINO = "openvino"
 
 
-# mode -> (writer(encoder, output, image_shape), check(output), default
-# output); check refuses a path the writer would not replace
+# mode -> (writer(encoder, output, image_shape, **options), check(output),
+# default output); check refuses a path the writer would not replace (or a
+# converter that is not installed). Only --int8 passes options.
 EXPORTERS = {
     Mode.FREEZE: (export.freeze, lambda output: files.check_output(
         output, export.FROZEN_GRAPH), "{name}.pb"),
@@ -46,6 +50,9 @@ EXPORTERS = {
     Mode.SAVED_MODEL: (export.write_saved_model, lambda output:
                        files.check_output(output, export.SAVED_MODEL),
                        "{name}_saved_model"),
+    Mode.ONNX: (deploy.write_onnx, deploy.check_onnx_output, "{name}.onnx"),
+    Mode.OPENVINO: (deploy.write_openvino, deploy.check_openvino_output,
+                    "{name}{int8}.xml"),
 }
 
 
@@ -96,11 +103,21 @@ def define_flags(dataset):
                          "mirrored images (sum, re-normalised).")
     flags.DEFINE_string("rank_image", None, "test: draw queries and their "
                         "top 10 gallery entries into this PNG file.")
-    # --mode=freeze, finalize, saved_model
+    flags.DEFINE_enum("backend", "auto", backends.NAMES, "test: the runtime "
+                      "of an exported --restore_path (.onnx: onnxruntime "
+                      "or openvino).")
+    # --mode=freeze, finalize, saved_model, onnx, openvino
     flags.DEFINE_string(
         "output", None, "freeze: the .pb file (default <dataset>.pb); "
         "finalize: the checkpoint prefix (default <dataset>.ckpt); "
-        "saved_model: the folder (default <dataset>_saved_model).")
+        "saved_model: the folder (default <dataset>_saved_model); onnx: the "
+        ".onnx file (default <dataset>.onnx); openvino: the .xml file, the "
+        ".bin goes beside it (default <dataset>.xml, <dataset>_int8.xml).")
+    flags.DEFINE_boolean("int8", False, "openvino: quantise to int8 (NNCF), "
+                         "calibrated on training images of --dataset_dir.")
+    flags.DEFINE_integer("calibration_images", deploy.DEFAULT_CALIBRATION_IMAGES,
+                         "openvino --int8: how many training images to "
+                         "calibrate on (spread evenly over the set).")
 
 
 def config_from_flags(config_class):
@@ -143,7 +160,7 @@ def _test(dataset):
         dataset, restore_path_from_flags(), FLAGS.dataset_dir,
         FLAGS.loss_mode, batch_size=FLAGS.batch_size,
         flip_test=FLAGS.flip_test, output_json=FLAGS.output_json,
-        rank_image=FLAGS.rank_image)
+        rank_image=FLAGS.rank_image, backend=FLAGS.backend)
     return 0
 
 
@@ -159,11 +176,21 @@ def _export_kit_features(dataset):
 
 def _export_model(dataset):
     write, check, default = EXPORTERS[FLAGS.mode]
-    output = FLAGS.output or default.format(name=dataset.name)
+    if FLAGS.int8 and FLAGS.mode is not Mode.OPENVINO:
+        raise UsageError(f"--int8 with --mode={FLAGS.mode.value}: int8 "
+                         "models are written by --mode=openvino")
+    output = FLAGS.output or default.format(
+        name=dataset.name, int8="_int8" if FLAGS.int8 else "")
     check(output)  # before the work: a bad path fails at once
+    options = {}
+    if FLAGS.int8:
+        deploy.require("nncf", "--int8")
+        options["calibration"] = deploy.calibration_patches(
+            dataset.read_train(FLAGS.dataset_dir).filenames,
+            FLAGS.calibration_images, dataset.image_shape)
     encoder, path = checkpoints.load_encoder(restore_path_from_flags(),
                                              dataset.image_shape)
-    print(f"wrote {write(encoder, output, dataset.image_shape)} "
+    print(f"wrote {write(encoder, output, dataset.image_shape, **options)} "
           f"(encoder of {path})")
     return 0
 

@@ -3,6 +3,9 @@
     python -m cosine_metric_learning.encode --model=mars.pb \
         --images='crops/*.jpg' --output=features.npy
 
+``--model`` is any model :func:`encoder.load` opens; ``--backend`` picks
+the runtime (``.onnx`` runs on ONNX Runtime or OpenVINO).
+
 ``--images`` is a folder (its ``.jpg``, ``.jpeg`` and ``.png`` files) or a
 glob pattern. Each image is read and resized to the model's input size as
 the training pipeline reads it. ``.npy``
@@ -21,6 +24,7 @@ import scipy.io
 import tensorflow as tf
 from absl import app, flags, logging
 
+from cosine_metric_learning import backends
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files, preprocessing, settings
 from cosine_metric_learning.errors import UsageError, first_line
@@ -134,7 +138,7 @@ def main(argv):
         paths = list_images(FLAGS.images)
         encoder = encoder_lib.load(
             FLAGS.model, FLAGS.batch_size,
-            settings.parse_image_shape(FLAGS.image_shape))
+            settings.parse_image_shape(FLAGS.image_shape), FLAGS.backend)
         features = encode_files(encoder, paths, FLAGS.batch_size)
         for path in write_features(FLAGS.output, features, paths):
             print(f"wrote {path}")
@@ -145,8 +149,13 @@ def main(argv):
 
 
 def define_flags():
-    flags.DEFINE_string("model", None, "A frozen .pb, a SavedModel folder or "
-                        "a checkpoint.", required=True)
+    flags.DEFINE_string("model", None, "A frozen .pb, a SavedModel folder, "
+                        "an .onnx file, an OpenVINO .xml file or a "
+                        "checkpoint.", required=True)
+    flags.DEFINE_enum("backend", "auto", backends.NAMES, "The runtime: auto "
+                      "(tensorflow for TensorFlow formats, onnxruntime for "
+                      ".onnx, openvino for .xml), or onnxruntime/openvino "
+                      "for .onnx.")
     flags.DEFINE_string("images", None, "A folder or a glob of image files.",
                         required=True)
     flags.DEFINE_string("output", None, "features.npy or features.mat.",

@@ -1,20 +1,18 @@
 """Feature extraction with a trained encoder, as a tracker uses it.
 
-:func:`load` opens a frozen Deep SORT graph (``.pb``), a SavedModel folder
-or a checkpoint (prefix or training run folder) and returns an
-:class:`Encoder` that maps uint8 BGR patches to features.
+:func:`load` opens a frozen Deep SORT graph (``.pb``), a SavedModel folder,
+an ONNX file, an OpenVINO IR or a checkpoint (prefix or training run
+folder) and returns an :class:`Encoder` that maps uint8 BGR patches to
+features on the runtime chosen (``backends.py``).
 :func:`create_box_encoder` cuts boxes out of a frame the way Deep SORT does.
 """
-
-import os
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 from PIL import Image
-from tensorflow.core.framework import graph_pb2
 
-from cosine_metric_learning import checkpoints, export
+from cosine_metric_learning import backends
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.nets.deep_sort import network_definition
 
@@ -33,19 +31,23 @@ class Encoder:
 
     Patches must be uint8 (values 0..255, BGR as OpenCV reads them); other
     dtypes are refused rather than guessed at: float patches in [0, 1]
-    would all turn black in a cast.
+    would all turn black in a cast. Every backend takes the same patches
+    and gives the same features.
 
     Attributes
     ----------
     image_shape : tuple
         ``(H, W, 3)`` the patches must have.
     feature_dim : int
+    backend : str
+        The runtime: ``"tensorflow"``, ``"onnxruntime"`` or ``"openvino"``.
     """
 
-    def __init__(self, function, image_shape, feature_dim, batch_size=32):
-        self._function = function
-        self.image_shape = tuple(int(d) for d in image_shape)
-        self.feature_dim = int(feature_dim)
+    def __init__(self, backend, batch_size=32):
+        self._backend = backend
+        self.image_shape = tuple(int(d) for d in backend.image_shape)
+        self.feature_dim = int(backend.feature_dim)
+        self.backend = backend.name
         self.batch_size = batch_size
 
     def __call__(self, patches, batch_size=None):
@@ -62,78 +64,64 @@ class Encoder:
             return np.zeros((0, self.feature_dim), np.float32)
         size = batch_size or self.batch_size
         return np.concatenate([
-            np.asarray(self._function(tf.constant(patches[i:i + size])))
+            np.asarray(self._backend.run(
+                np.ascontiguousarray(patches[i:i + size])))
             for i in range(0, len(patches), size)])
 
+    def predict(self, crops):
+        """Features of BGR crops of any size, as a list of vectors.
 
-def load(path, batch_size=32, image_shape=network_definition.IMAGE_SHAPE):
-    """Load an exported or trained encoder.
+        Each crop (uint8 ``(h, w, 3)``) is resized to the input size as
+        :func:`create_box_encoder` resizes the boxes it cuts. This is the
+        embedder interface of ``deep_sort_realtime``: pass the result as
+        ``DeepSort(embedder=None).update_tracks(detections, embeds=...)``.
+        """
+        height, width = self.image_shape[:2]
+        patches = []
+        for index, crop in enumerate(crops):
+            crop = np.asarray(crop)
+            if crop.dtype != np.uint8 or crop.ndim != 3 or \
+                    crop.shape[2] != 3 or min(crop.shape[:2]) < 1:
+                raise UsageError(f"crop {index} of dtype {crop.dtype} and "
+                                 f"shape {crop.shape}: expected uint8 BGR "
+                                 "(h, w, 3) with h, w >= 1")
+            patches.append(_resize(crop, width, height))
+        if not patches:
+            return []
+        return list(self(np.stack(patches)))
+
+
+def load(path, batch_size=32, image_shape=network_definition.IMAGE_SHAPE,
+         backend="auto", openvino_config=None):
+    """Load an exported or trained encoder on one of the runtimes.
 
     Parameters
     ----------
     path : str
         A frozen graph ``.pb`` file (``images`` -> ``features``), a
-        SavedModel folder, a checkpoint prefix or a folder of checkpoints
-        (the latest is used).
+        SavedModel folder, an ONNX ``.onnx`` file, an OpenVINO ``.xml``
+        file, a checkpoint prefix or a folder of checkpoints (the latest is
+        used).
     batch_size : int
     image_shape : tuple
         For checkpoints: the input shape the network was trained with
         (exported models carry theirs).
+    backend : str
+        ``"auto"`` (TensorFlow for TensorFlow formats, ONNX Runtime for
+        ``.onnx``, OpenVINO for ``.xml``), ``"tensorflow"``,
+        ``"onnxruntime"`` or ``"openvino"`` (for ``.onnx`` and ``.xml``).
+    openvino_config : dict, optional
+        OpenVINO compile properties (default: float32 inference, see
+        :data:`backends.OPENVINO_FLOAT32`), e.g. ``{"PERFORMANCE_HINT":
+        "THROUGHPUT"}``.
 
     Returns
     -------
     Encoder
     """
     _enable_memory_growth()
-    if os.path.isfile(path) and path.endswith(".pb"):
-        return _load_frozen_graph(path, batch_size)
-    if os.path.isdir(path) and tf.saved_model.contains_saved_model(path):
-        return _load_saved_model(path, batch_size)
-    encoder, _ = checkpoints.load_encoder(path, image_shape, flag="--model")
-    return Encoder(export.inference_function(encoder, image_shape),
-                   image_shape, encoder.output_shape[-1], batch_size)
-
-
-def _load_frozen_graph(path, batch_size):
-    graph_def = graph_pb2.GraphDef()
-    try:
-        with open(path, "rb") as f:
-            graph_def.ParseFromString(f.read())
-    except Exception as e:  # a protobuf DecodeError
-        raise UsageError(f"--model={path}: not a frozen TensorFlow graph "
-                         f"({type(e).__name__})") from e
-    names = {node.name: node for node in graph_def.node}
-    if export.INPUT_NAME not in names or export.OUTPUT_NAME not in names:
-        raise UsageError(f"--model={path}: expected a graph with an "
-                         f"'{export.INPUT_NAME}' input and a "
-                         f"'{export.OUTPUT_NAME}' output")
-    shape = [d.size for d in
-             names[export.INPUT_NAME].attr["shape"].shape.dim][1:]
-
-    # Importing the graph inside a tf.function runs it without a Session.
-    @tf.function(input_signature=[tf.TensorSpec([None] + shape, tf.uint8)])
-    def run(images):
-        features, = tf.graph_util.import_graph_def(
-            graph_def, input_map={f"{export.INPUT_NAME}:0": images},
-            return_elements=[f"{export.OUTPUT_NAME}:0"], name="net")
-        return features
-
-    feature_dim = run.get_concrete_function().structured_outputs.shape[-1]
-    return Encoder(run, shape, feature_dim, batch_size)
-
-
-def _load_saved_model(path, batch_size):
-    model = tf.saved_model.load(path)
-    serve = model.signatures["serving_default"]
-    spec = serve.structured_input_signature[1][export.SAVED_MODEL_INPUT]
-    shape = spec.shape[1:]
-    feature_dim = serve.structured_outputs[export.OUTPUT_NAME].shape[-1]
-
-    def run(images):
-        return serve(**{export.SAVED_MODEL_INPUT: images})[export.OUTPUT_NAME]
-
-    run.keep_alive = model  # the signature needs its object
-    return Encoder(run, shape, feature_dim, batch_size)
+    return Encoder(backends.load(path, backend, image_shape, openvino_config),
+                   batch_size)
 
 
 def extract_patch(image, box, patch_shape):
@@ -155,8 +143,11 @@ def extract_patch(image, box, patch_shape):
 
 def _cut(image, region, patch_shape):
     x1, y1, x2, y2 = region
-    height, width = patch_shape[:2]
-    patch = Image.fromarray(np.ascontiguousarray(image[y1:y2, x1:x2]))
+    return _resize(image[y1:y2, x1:x2], patch_shape[1], patch_shape[0])
+
+
+def _resize(image, width, height):
+    patch = Image.fromarray(np.ascontiguousarray(image))
     return np.asarray(patch.resize((width, height), Image.Resampling.BILINEAR))
 
 
@@ -225,7 +216,7 @@ def check_boxes(boxes):
     return boxes
 
 
-def create_box_encoder(model, batch_size=32):
+def create_box_encoder(model, batch_size=32, backend="auto"):
     """A function ``encode(frame_bgr, boxes) -> (N, D)`` features.
 
     Parameters
@@ -234,6 +225,8 @@ def create_box_encoder(model, batch_size=32):
         What :func:`load` accepts, or a loaded encoder.
     batch_size : int
         Patches per forward pass (Deep SORT uses 32).
+    backend : str
+        The runtime for a model path (see :func:`load`).
 
     ``frame_bgr`` must be uint8 ``(H, W, 3)`` and ``boxes`` ``(N, 4)`` rows
     of finite ``(x, y, width, height)``; anything else is refused with a
@@ -242,7 +235,8 @@ def create_box_encoder(model, batch_size=32):
     mid-grey patch, with a warning saying why: the row is defined and
     finite.
     """
-    encoder = model if isinstance(model, Encoder) else load(model, batch_size)
+    encoder = model if isinstance(model, Encoder) else load(
+        model, batch_size, backend=backend)
     shape = encoder.image_shape
 
     def encode(image, boxes):

@@ -28,6 +28,32 @@ def make_encode_fn(encoder, image_shape, batch_size, flip_test=False):
         lambda batch: encode(batch).numpy(), filenames, batch_size)
 
 
+def make_exported_encode_fn(encoder, batch_size, flip_test=False):
+    """:func:`make_encode_fn` for an :class:`encoder.Encoder` (an exported
+    model on its runtime): the files are read as the pipeline reads them
+    and passed as uint8 BGR patches."""
+    shape = encoder.image_shape
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def read_bgr(filenames):
+        images = tf.map_fn(lambda f: preprocessing.read_image(f, shape),
+                           filenames, parallel_iterations=16,
+                           fn_output_signature=tf.TensorSpec(shape, tf.uint8))
+        return tf.reverse(images, axis=[-1])
+
+    def encode(filenames):
+        patches = read_bgr(filenames).numpy()
+        features = encoder(patches)
+        if flip_test:
+            features = features + encoder(np.ascontiguousarray(
+                patches[:, :, ::-1]))
+            features /= np.linalg.norm(features, axis=1, keepdims=True)
+        return features
+
+    return lambda filenames: sampling.run_in_batches(encode, filenames,
+                                                     batch_size)
+
+
 def encode_or_blame(encode, filenames, image_shape):
     """``(features, {})``, or ``(None, {index: error})`` naming the files
     that cannot be read when encoding failed because of them; a failure no

@@ -12,7 +12,9 @@ import numpy as np
 from absl import logging
 from PIL import Image, ImageDraw, PngImagePlugin
 
-from cosine_metric_learning import checkpoints, files, losses, metrics
+from cosine_metric_learning import backends, checkpoints, files, losses
+from cosine_metric_learning import metrics
+from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import features as features_lib
 from cosine_metric_learning.errors import UsageError, first_line
 
@@ -22,16 +24,38 @@ RESULTS_JSON = files.json_kind(
     "with 'dataset' and 'mAP')")
 
 
-def test_features(dataset, restore_path, dataset_dir, batch_size,
-                  flip_test=False, split=None):
-    """Encode the test split (read unless given); returns ``(split, image
-    features, checkpoint path)``."""
-    if split is None:
-        split = dataset.read_test(dataset_dir)
+def _encode_fn(dataset, restore_path, batch_size, flip_test, backend):
+    """``(encode(filenames), model path)`` for a checkpoint or, on its
+    runtime, an exported model (``.pb``, SavedModel, ``.onnx``, ``.xml``)."""
+    if restore_path is not None and \
+            backends.model_format(restore_path) != "checkpoint":
+        model = encoder_lib.load(restore_path, batch_size, backend=backend)
+        if model.image_shape != tuple(dataset.image_shape):
+            raise UsageError(
+                f"--restore_path={restore_path} takes patches of "
+                f"{model.image_shape}; {dataset.name} is evaluated at "
+                f"{tuple(dataset.image_shape)}: export the model at that "
+                "size")
+        return features_lib.make_exported_encode_fn(
+            model, batch_size, flip_test), restore_path
+    if backend not in ("auto", backends.TENSORFLOW):
+        raise UsageError(f"--backend={backend} runs exported models "
+                         "(.onnx, .xml); a checkpoint runs on tensorflow")
     encoder, path = checkpoints.load_encoder(restore_path,
                                              dataset.image_shape)
-    encode = features_lib.make_encode_fn(encoder, dataset.image_shape,
-                                         batch_size, flip_test)
+    return features_lib.make_encode_fn(encoder, dataset.image_shape,
+                                       batch_size, flip_test), path
+
+
+def test_features(dataset, restore_path, dataset_dir, batch_size,
+                  flip_test=False, split=None, backend="auto"):
+    """Encode the test split (read unless given); returns ``(split, image
+    features, model path)``. ``restore_path`` is a checkpoint or an
+    exported model, run on ``backend``."""
+    if split is None:
+        split = dataset.read_test(dataset_dir)
+    encode, path = _encode_fn(dataset, restore_path, batch_size, flip_test,
+                              backend)
     logging.info("Encoding %d test images with %s", len(split.filenames),
                  path)
     values, bad = features_lib.encode_or_blame(encode, split.filenames,
@@ -61,14 +85,17 @@ def evaluate_split(split, features, metric):
 
 
 def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
-             flip_test=False, output_json=None, rank_image=None):
-    """``--mode=test``: print and return rank-k CMC and mAP."""
+             flip_test=False, output_json=None, rank_image=None,
+             backend="auto"):
+    """``--mode=test``: print and return rank-k CMC and mAP of a checkpoint
+    or an exported model."""
     if output_json:
         files.check_output(output_json, RESULTS_JSON)
     if rank_image:
         files.check_output(rank_image, files.PNG)
     split, features, path = test_features(dataset, restore_path, dataset_dir,
-                                          batch_size, flip_test)
+                                          batch_size, flip_test,
+                                          backend=backend)
     metric = losses.get(loss_mode).metric
     result, distances = evaluate_split(split, features, metric)
     summary = {k: v for k, v in result.items() if k != "cmc"}

@@ -35,11 +35,11 @@ def mars_dir(tmp_path_factory):
 def run_script(script, *args, timeout=300, **kwargs):
     """Run an entry point of the repository in a real subprocess.
 
-    ``script`` is a file of the repository, or ``-m`` followed by a module
-    in ``args``; ``cwd`` defaults to the repository.
+    ``script`` is a file of the repository, or ``-m`` (``-c``) followed by
+    a module (a program) in ``args``; ``cwd`` defaults to the repository.
     """
     kwargs.setdefault("cwd", ROOT)
-    if script != "-m":
+    if script not in ("-m", "-c"):
         script = os.path.join(ROOT, script)
     return subprocess.run(
         [sys.executable, script, *args], env=ENV, capture_output=True,
@@ -56,3 +56,28 @@ def small_config(dataset_dir, log_dir, run_id="run", **kwargs):
     values.update(kwargs)
     return settings.TrainConfig(dataset_dir=dataset_dir, log_dir=str(log_dir),
                                 run_id=run_id, **values)
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """A training-style checkpoint (step, encoder, classifier) with
+    non-trivial weights and batch-norm statistics, and its encoder."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    from cosine_metric_learning.nets.deep_sort import network_definition
+    encoder = network_definition.spread_kernels(
+        network_definition.create_encoder(), seed=3)
+    rng = np.random.default_rng(3)
+    for layer in encoder.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            n = layer.moving_mean.shape[0]
+            layer.moving_mean.assign(rng.normal(0, 0.1, n))
+            layer.moving_variance.assign(rng.uniform(0.5, 2.0, n))
+            layer.beta.assign(rng.normal(0, 0.1, n))
+    classifier = network_definition.create_classifier(1502)
+    path = tf.train.Checkpoint(
+        step=tf.Variable(7, dtype=tf.int64), encoder=encoder,
+        classifier=classifier).save(
+            str(tmp_path_factory.mktemp("train") / "ckpt"))
+    return path, encoder

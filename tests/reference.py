@@ -49,3 +49,10 @@ def kit_reference(distances, q_ids, g_ids, q_cams, g_cams, ranks):
     out.update(mAP=np.mean(aps), mAP_noninterpolated=np.mean(plain),
                num_queries=len(aps))
     return out
+
+
+def keras_features(encoder, patches_bgr):
+    """The Keras encoder's features of uint8 BGR patches: channels reversed
+    and scaled here, not by the library's preprocessing."""
+    rgb = patches_bgr[..., ::-1].astype(np.float32) / 255.0
+    return encoder(rgb, training=False).numpy()

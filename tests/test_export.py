@@ -15,41 +15,14 @@ from cosine_metric_learning import export, preprocessing
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.nets.deep_sort import network_definition
 from tests.conftest import ENV, ROOT, run_script
+from tests.reference import keras_features
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A training-style checkpoint (step, encoder, classifier, optimizer)
-    with non-trivial weights and batch-norm statistics, and its encoder."""
-    import keras
-    encoder = network_definition.spread_kernels(
-        network_definition.create_encoder(), seed=3)
-    rng = np.random.default_rng(3)
-    for layer in encoder.layers:
-        if isinstance(layer, keras.layers.BatchNormalization):
-            n = layer.moving_mean.shape[0]
-            layer.moving_mean.assign(rng.normal(0, 0.1, n))
-            layer.moving_variance.assign(rng.uniform(0.5, 2.0, n))
-            layer.beta.assign(rng.normal(0, 0.1, n))
-    classifier = network_definition.create_classifier(1502)
-    path = tf.train.Checkpoint(
-        step=tf.Variable(7, dtype=tf.int64), encoder=encoder,
-        classifier=classifier).save(
-            str(tmp_path_factory.mktemp("train") / "ckpt"))
-    return path, encoder
 
 
 def _patches(n, seed=0):
     return np.random.default_rng(seed).integers(0, 256, (n, 128, 64, 3),
                                                 dtype=np.uint8)
-
-
-def _reference(encoder, patches_bgr):
-    """The project's encoder on the same patches in RGB."""
-    rgb = patches_bgr[..., ::-1].astype(np.float32) / 255.0
-    return encoder(rgb, training=False).numpy()
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +57,7 @@ def test_frozen_graph_in_graph_mode_as_older_deep_sort(trained, frozen):
         out = np.concatenate([session.run(features, {images: patches[i:i + 32]})
                               for i in range(0, 40, 32)])
         single = session.run(features, {images: patches[5:6]})
-    expected = _reference(encoder, patches)
+    expected = keras_features(encoder, patches)
     assert np.abs(out - expected).max() < 1e-4
     assert np.abs(single[0] - expected[5]).max() < 1e-5
     np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
@@ -99,7 +72,7 @@ def test_frozen_graph_in_eager_mode_as_deep_sort_2025(trained, frozen):
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     out = np.load(frozen + ".out.npy")
-    assert np.abs(out - _reference(trained[1], patches)).max() < 1e-4
+    assert np.abs(out - keras_features(trained[1], patches)).max() < 1e-4
 
 
 def test_frozen_graph_holds_inference_only(frozen):
@@ -126,7 +99,7 @@ def test_saved_model_serving_signature(trained, tmp_path):
                                                                3]
     patches = _patches(3, seed=2)
     out = serve(images_bgr=tf.constant(patches))["features"].numpy()
-    assert np.abs(out - _reference(encoder, patches)).max() < 1e-4
+    assert np.abs(out - keras_features(encoder, patches)).max() < 1e-4
 
 
 def test_all_formats_load_and_agree(trained, frozen, tmp_path):
@@ -139,7 +112,7 @@ def test_all_formats_load_and_agree(trained, frozen, tmp_path):
     assert {name.split("/")[0] for name, _ in tf.train.list_variables(prefix)
             } == {"_CHECKPOINTABLE_OBJECT_GRAPH", "encoder"}
     patches = _patches(5, seed=4)
-    expected = _reference(encoder, patches)
+    expected = keras_features(encoder, patches)
     for model in (frozen, saved_model, prefix, checkpoint,
                   os.path.dirname(checkpoint)):
         loaded = encoder_lib.load(model)
@@ -169,7 +142,7 @@ def test_box_encoder_crops_like_deep_sort(trained, frozen):
     # clipped to the last pixel: 305..319, 200..239
     patch3 = np.asarray(Image.fromarray(frame[200:239, 305:319]).resize(
         (64, 128), Image.Resampling.BILINEAR))
-    expected = _reference(encoder, np.stack([patch, patch2, patch3]))
+    expected = keras_features(encoder, np.stack([patch, patch2, patch3]))
     assert np.abs(out - expected).max() < 1e-4
 
 

@@ -1,0 +1,187 @@
+"""The runtimes an :class:`encoder.Encoder` runs on, one loader each.
+
+Every loader returns a :class:`Backend`: a function from uint8 BGR patches
+``(N, H, W, 3)`` (a NumPy array) to float32 features ``(N, D)``, with the
+input shape and feature size the model carries. The ONNX Runtime and
+OpenVINO loaders import their runtime only when called (the optional
+``deploy`` dependencies).
+"""
+
+import dataclasses
+import os
+from typing import Any, Callable, Tuple
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+
+from cosine_metric_learning import checkpoints, deploy, export
+from cosine_metric_learning.errors import UsageError, first_line
+
+TENSORFLOW, ONNXRUNTIME, OPENVINO = "tensorflow", "onnxruntime", "openvino"
+NAMES = ("auto", TENSORFLOW, ONNXRUNTIME, OPENVINO)
+# float32 on every processor: OpenVINO's CPU plugin otherwise computes in
+# bfloat16 where the processor has it (features off by about 3e-3)
+OPENVINO_FLOAT32 = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+@dataclasses.dataclass
+class Backend:
+    run: Callable[[np.ndarray], Any]
+    image_shape: Tuple[int, int, int]
+    feature_dim: int
+    name: str
+    keep_alive: Any = None  # what ``run`` needs alive (a loaded model)
+
+
+def model_format(path):
+    """``"frozen"``, ``"saved_model"``, ``"onnx"``, ``"openvino"`` or
+    ``"checkpoint"`` (a prefix or a folder of them), from the path."""
+    if os.path.isdir(path) and tf.saved_model.contains_saved_model(path):
+        return "saved_model"
+    extension = os.path.splitext(path)[1].lower()
+    formats = {".pb": "frozen", ".onnx": "onnx", ".xml": "openvino"}
+    if extension in formats:
+        if not os.path.isfile(path):
+            raise UsageError(f"--model={path}: no such file")
+        return formats[extension]
+    return "checkpoint"
+
+
+# the backends that can run each format; the first is the default
+RUNS_ON = {"frozen": (TENSORFLOW,), "saved_model": (TENSORFLOW,),
+           "checkpoint": (TENSORFLOW,), "onnx": (ONNXRUNTIME, OPENVINO),
+           "openvino": (OPENVINO,)}
+
+
+def load(path, backend, image_shape, openvino_config=None):
+    """A :class:`Backend` for the model at ``path`` (see
+    :func:`encoder.load`)."""
+    if backend not in NAMES:
+        raise UsageError(f"--backend={backend}: expected one of "
+                         f"{', '.join(NAMES)}")
+    fmt = model_format(path)
+    if backend == "auto":
+        backend = RUNS_ON[fmt][0]
+    if backend not in RUNS_ON[fmt]:
+        raise UsageError(f"--backend={backend} cannot run {path} (a {fmt} "
+                         f"model); it runs on {' or '.join(RUNS_ON[fmt])}")
+    if fmt == "frozen":
+        return _frozen_graph(path)
+    if fmt == "saved_model":
+        return _saved_model(path)
+    if fmt == "checkpoint":
+        encoder, _ = checkpoints.load_encoder(path, image_shape,
+                                              flag="--model")
+        return Backend(export.inference_function(encoder, image_shape),
+                       tuple(image_shape), encoder.output_shape[-1],
+                       TENSORFLOW, encoder)
+    if backend == ONNXRUNTIME:
+        return _onnxruntime(path)
+    return _openvino(path, OPENVINO_FLOAT32 if openvino_config is None
+                     else openvino_config)
+
+
+def _frozen_graph(path):
+    graph_def = graph_pb2.GraphDef()
+    try:
+        with open(path, "rb") as f:
+            graph_def.ParseFromString(f.read())
+    except Exception as e:  # a protobuf DecodeError
+        raise UsageError(f"--model={path}: not a frozen TensorFlow graph "
+                         f"({type(e).__name__})") from e
+    names = {node.name: node for node in graph_def.node}
+    if export.INPUT_NAME not in names or export.OUTPUT_NAME not in names:
+        raise UsageError(f"--model={path}: expected a graph with an "
+                         f"'{export.INPUT_NAME}' input and a "
+                         f"'{export.OUTPUT_NAME}' output")
+    shape = [d.size for d in
+             names[export.INPUT_NAME].attr["shape"].shape.dim][1:]
+
+    # Importing the graph inside a tf.function runs it without a Session.
+    @tf.function(input_signature=[tf.TensorSpec([None] + shape, tf.uint8)])
+    def run(images):
+        features, = tf.graph_util.import_graph_def(
+            graph_def, input_map={f"{export.INPUT_NAME}:0": images},
+            return_elements=[f"{export.OUTPUT_NAME}:0"], name="net")
+        return features
+
+    feature_dim = run.get_concrete_function().structured_outputs.shape[-1]
+    return Backend(run, _check_shape(path, shape), feature_dim, TENSORFLOW)
+
+
+def _saved_model(path):
+    model = tf.saved_model.load(path)
+    serve = model.signatures["serving_default"]
+    spec = serve.structured_input_signature[1][export.SAVED_MODEL_INPUT]
+    feature_dim = serve.structured_outputs[export.OUTPUT_NAME].shape[-1]
+
+    def run(images):
+        return serve(**{export.SAVED_MODEL_INPUT: images})[export.OUTPUT_NAME]
+
+    return Backend(run, _check_shape(path, spec.shape[1:]), feature_dim,
+                   TENSORFLOW, model)
+
+
+def _check_shape(path, shape, dtype="uint8"):
+    """The model's ``(H, W, 3)``; UsageError unless it takes uint8 NHWC."""
+    shape = tuple(shape)
+    if (dtype != "uint8" or len(shape) != 3 or shape[2] != 3 or
+            not all(isinstance(d, int) and d > 0 for d in shape)):
+        raise UsageError(f"--model={path}: its input is {dtype} "
+                         f"(N,) + {shape}; expected a model exported by this "
+                         "project: uint8 BGR (N, H, W, 3) patches")
+    return shape
+
+
+def _onnxruntime(path):
+    ort = deploy.require("onnxruntime", f"--model={path}")
+    try:
+        session = ort.InferenceSession(path,
+                                       providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's own exception types
+        raise UsageError(f"--model={path}: ONNX Runtime cannot load it "
+                         f"({first_line(e)})") from e
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    if [i.name for i in inputs] != [export.INPUT_NAME] or \
+            export.OUTPUT_NAME not in [o.name for o in outputs]:
+        raise UsageError(f"--model={path}: expected an ONNX model with an "
+                         f"'{export.INPUT_NAME}' input and a "
+                         f"'{export.OUTPUT_NAME}' output, found inputs "
+                         f"{[i.name for i in inputs]}")
+    dtype = inputs[0].type.replace("tensor(", "").rstrip(")")
+    shape = _check_shape(path, inputs[0].shape[1:], dtype)
+    feature_dim = [o for o in outputs
+                   if o.name == export.OUTPUT_NAME][0].shape[-1]
+
+    def run(images):
+        return session.run([export.OUTPUT_NAME],
+                           {export.INPUT_NAME: images})[0]
+
+    return Backend(run, shape, int(feature_dim), ONNXRUNTIME, session)
+
+
+def _openvino(path, config):
+    ov = deploy.require("openvino", f"--model={path}")
+    try:
+        compiled = ov.Core().compile_model(path, "CPU", config)
+    except RuntimeError as e:
+        raise UsageError(f"--model={path}: OpenVINO cannot load it "
+                         f"({first_line(e)})") from e
+    names = [name for port in compiled.inputs for name in port.get_names()]
+    if export.INPUT_NAME not in names or len(compiled.inputs) != 1:
+        raise UsageError(f"--model={path}: expected a model with one "
+                         f"'{export.INPUT_NAME}' input, found {names}")
+    port = compiled.input(0)
+    shape = port.get_partial_shape()
+    dims = tuple(d.get_length() if d.is_static else None for d in shape)
+    shape = _check_shape(path, dims[1:], port.get_element_type().to_string()
+                         .replace("u8", "uint8"))
+    output = compiled.output(0)
+    request = compiled.create_infer_request()
+
+    def run(images):
+        return request.infer({0: images})[output].copy()
+
+    return Backend(run, shape, int(output.get_partial_shape()[-1]
+                                   .get_length()), OPENVINO, compiled)

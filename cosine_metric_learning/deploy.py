@@ -1,0 +1,185 @@
+"""Exports for the runtimes trackers load today: ONNX and OpenVINO IR,
+float32 or int8.
+
+Both keep the frozen graph's contract: input ``images``, uint8 BGR
+``(N, H, W, 3)`` with a dynamic batch; output ``features``, float32
+``(N, 128)``, L2-normalised; the preprocessing is inside the model, so a
+consumer feeds raw crops. The ONNX model is converted (``tf2onnx``) from
+the frozen graph, which is made from the inference function every export
+uses; the OpenVINO IR is converted (``openvino.convert_model``) from that
+ONNX model. ``--int8`` quantises the IR after training with NNCF,
+calibrated on training images read through the project's preprocessing
+(no labels needed).
+
+The converters and runtimes are the optional ``deploy`` dependencies;
+:func:`require` says how to install them when they are missing.
+"""
+
+import importlib
+import os
+import tempfile
+import xml.etree.ElementTree as ElementTree
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+from tensorflow.python.util import deprecation
+
+from cosine_metric_learning import export, files, preprocessing
+from cosine_metric_learning.errors import UsageError
+
+ONNX_OPSET = 17
+DEFAULT_CALIBRATION_IMAGES = 300
+INSTALL_HINT = ("pip install 'cosine-metric-learning[deploy]' (in a source "
+                "checkout: pip install -e '.[deploy]')")
+
+
+def require(module, purpose):
+    """Import an optional dependency; UsageError naming the extra if it is
+    missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise UsageError(f"{purpose} needs the optional package '{module}', "
+                         f"which is not installed: {INSTALL_HINT}") from e
+
+
+def _is_onnx_encoder(path):
+    onnx = require("onnx", "an ONNX export")
+    graph = onnx.load(path, load_external_data=False).graph
+    return ([i.name for i in graph.input] == [export.INPUT_NAME] and
+            [o.name for o in graph.output] == [export.OUTPUT_NAME])
+
+
+def _is_openvino_encoder(path):
+    root = ElementTree.parse(path).getroot()
+    names = {layer.get("name") for layer in root.iter("layer")}
+    return root.tag == "net" and export.INPUT_NAME in names
+
+
+def _openvino_weights_kind(xml_path):
+    """The ``.bin`` beside an IR: ours if the ``.xml`` beside it is."""
+    return files.Kind(f"the weights of the OpenVINO encoder {xml_path}",
+                      lambda _: OPENVINO_IR.matches(xml_path))
+
+
+ONNX_MODEL = files.Kind(f"an ONNX encoder ('{export.INPUT_NAME}' -> "
+                        f"'{export.OUTPUT_NAME}')", _is_onnx_encoder)
+OPENVINO_IR = files.Kind(f"an OpenVINO encoder IR (.xml with an "
+                         f"'{export.INPUT_NAME}' input)", _is_openvino_encoder)
+
+
+def check_onnx_output(path):
+    """UsageError unless ``path`` can be written as an ONNX encoder (and
+    the converter is installed)."""
+    require("tf2onnx", "--mode=onnx")
+    if not path.endswith(".onnx"):
+        raise UsageError(f"--output={path}: expected a file name ending in "
+                         ".onnx")
+    return files.check_output(path, ONNX_MODEL)
+
+
+def check_openvino_output(path):
+    """UsageError unless ``path`` (the ``.xml``) and the ``.bin`` beside it
+    can be written (and the converters are installed)."""
+    for module in ("tf2onnx", "openvino"):
+        require(module, "--mode=openvino")
+    if not path.endswith(".xml"):
+        raise UsageError(f"--output={path}: expected the IR's .xml file name "
+                         "(its .bin is written beside it)")
+    files.check_output(path, OPENVINO_IR)
+    files.check_output(path[:-4] + ".bin", _openvino_weights_kind(path))
+    return path
+
+
+def onnx_model(encoder, image_shape):
+    """The encoder as an ONNX ``ModelProto`` (``images`` -> ``features``)."""
+    tf2onnx = require("tf2onnx", "an ONNX export")
+    graph_def = export.frozen_graph_def(encoder, image_shape)
+    inputs, outputs = f"{export.INPUT_NAME}:0", f"{export.OUTPUT_NAME}:0"
+    with deprecation.silence():  # tf2onnx's calls of TF1 functions
+        model, _ = tf2onnx.convert.from_graph_def(
+            graph_def, name="cosine_metric_learning", input_names=[inputs],
+            output_names=[outputs], opset=ONNX_OPSET,
+            tensors_to_rename={inputs: export.INPUT_NAME,
+                               outputs: export.OUTPUT_NAME})
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0]
+    batch.dim_param = "N"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    return model
+
+
+def write_onnx(encoder, path, image_shape):
+    """Write the ONNX encoder to ``path`` (a ``.onnx`` file)."""
+    check_onnx_output(path)
+    model = onnx_model(encoder, image_shape)
+    files.write_atomically(path, lambda f: f.write(model.SerializeToString()),
+                           ONNX_MODEL, binary=True)
+    logging.info("Wrote %s (opset %d)", path, ONNX_OPSET)
+    return path
+
+
+def write_openvino(encoder, path, image_shape, calibration=None):
+    """Write the OpenVINO IR: ``path`` (``.xml``) and the ``.bin`` beside it.
+
+    With ``calibration`` (uint8 BGR patches ``(N, H, W, 3)``) the model is
+    quantised to int8 with NNCF's post-training quantisation.
+    """
+    check_openvino_output(path)
+    ov = require("openvino", "--mode=openvino")
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_path = os.path.join(tmp, "encoder.onnx")
+        with open(onnx_path, "wb") as f:
+            f.write(onnx_model(encoder, image_shape).SerializeToString())
+        model = ov.convert_model(onnx_path)
+    if calibration is not None:
+        model = quantize(model, calibration)
+    files.replace_parts_atomically(
+        path[:-len(".xml")], lambda tmp: _save_ir(ov, model, tmp),
+        r"\.xml|\.bin", errors=(RuntimeError,))
+    logging.info("Wrote %s and its .bin (%s)", path,
+                 "int8" if calibration is not None else "float32")
+    return path
+
+
+def _save_ir(ov, model, prefix):
+    # compress_to_fp16 would halve the file but round every weight
+    ov.save_model(model, prefix + ".xml", compress_to_fp16=False)
+    return prefix
+
+
+def quantize(model, calibration):
+    """An int8 copy of an OpenVINO model, calibrated on uint8 BGR patches.
+
+    The patches go through one at a time (the statistics are per image);
+    every given patch is used.
+    """
+    nncf = require("nncf", "--int8")
+    dataset = nncf.Dataset([patch[None] for patch in calibration])
+    return nncf.quantize(model, dataset, subset_size=len(calibration),
+                         preset=nncf.QuantizationPreset.MIXED)
+
+
+def calibration_patches(filenames, count, image_shape):
+    """uint8 BGR patches of ``count`` training images spread evenly over
+    ``filenames`` (a fixed choice), read as the pipeline reads them;
+    unreadable files are skipped."""
+    if count < 1:
+        raise UsageError(f"--calibration_images={count}: expected an integer "
+                         ">= 1")
+    chosen = np.unique(np.linspace(0, len(filenames) - 1,
+                                   min(count, len(filenames))).astype(int))
+    patches = []
+    for index in chosen:
+        try:
+            image = preprocessing.read_image(tf.constant(filenames[index]),
+                                             image_shape)
+        except (tf.errors.OpError, ValueError):
+            logging.warning("Skipping unreadable calibration image %s",
+                            filenames[index])
+            continue
+        patches.append(image.numpy()[..., ::-1])
+    if not patches:
+        raise UsageError("no readable training image to calibrate with")
+    logging.info("Calibrating int8 on %d training images", len(patches))
+    return np.stack(patches)

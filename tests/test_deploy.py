@@ -1,0 +1,284 @@
+"""ONNX and OpenVINO exports, int8, the encoder over every backend, and a
+real tracker fed by it (the ``deploy`` extra)."""
+
+import glob
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from cosine_metric_learning import deploy, protocol
+from cosine_metric_learning import encoder as encoder_lib
+from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
+from cosine_metric_learning.errors import UsageError
+from cosine_metric_learning.nets.deep_sort import network_definition
+from tests.conftest import run_script
+from tests.reference import keras_features
+
+pytestmark = pytest.mark.slow
+
+
+def _crops(directory, count, seed=0):
+    """uint8 BGR crops of real JPEG files, as OpenCV would read them."""
+    paths = sorted(glob.glob(os.path.join(directory, "*.jpg")))
+    chosen = np.random.default_rng(seed).choice(len(paths), count,
+                                                replace=count > len(paths))
+    return np.stack([np.asarray(Image.open(paths[i]).convert("RGB"))[..., ::-1]
+                     for i in chosen])
+
+
+@pytest.fixture(scope="module")
+def exports(trained, tmp_path_factory):
+    """The trained encoder as .onnx and OpenVINO IR (float32)."""
+    _, encoder = trained
+    directory = tmp_path_factory.mktemp("deploy")
+    onnx = deploy.write_onnx(encoder, str(directory / "m.onnx"), (128, 64, 3))
+    xml = deploy.write_openvino(encoder, str(directory / "m.xml"),
+                                (128, 64, 3))
+    return onnx, xml
+
+
+def test_every_backend_gives_the_keras_features(trained, exports,
+                                                market_dir):
+    _, encoder = trained
+    onnx, xml = exports
+    crops = _crops(os.path.join(market_dir, "bounding_box_test"), 64)
+    expected = keras_features(encoder, crops)
+    for path, backend in ((onnx, "auto"), (onnx, "openvino"), (xml, "auto")):
+        loaded = encoder_lib.load(path, batch_size=64, backend=backend)
+        assert loaded.backend == ("onnxruntime" if backend == "auto" and
+                                  path == onnx else "openvino")
+        assert loaded.image_shape == (128, 64, 3) and loaded.feature_dim == 128
+        for batch in (1, 7, 64):
+            features = loaded(crops[:batch])
+            assert features.shape == (batch, 128), (path, backend, batch)
+            assert np.abs(features - expected[:batch]).max() < 1e-4, \
+                (path, backend, batch)
+
+
+def test_exports_keep_the_frozen_graph_contract(exports):
+    import onnx
+    import openvino
+    model = onnx.load(exports[0])
+    (inputs,), (outputs,) = model.graph.input, model.graph.output
+    assert inputs.name == "images" and outputs.name == "features"
+    assert inputs.type.tensor_type.elem_type == onnx.TensorProto.UINT8
+    dims = inputs.type.tensor_type.shape.dim
+    assert dims[0].dim_param and [d.dim_value for d in dims[1:]] == [128, 64,
+                                                                     3]
+    ir = openvino.Core().read_model(exports[1])
+    assert ir.input().get_any_name() == "images"
+    assert ir.input().get_partial_shape()[0].is_dynamic
+    assert ir.input().get_element_type() == openvino.Type.u8
+    assert os.path.getsize(exports[1][:-4] + ".bin") > 4e6  # float32, not f16
+
+
+def test_predict_takes_crops_of_any_size_like_the_box_encoder(trained,
+                                                              exports):
+    loaded = encoder_lib.load(exports[0])
+    rng = np.random.default_rng(1)
+    frame = rng.integers(0, 256, (240, 320, 3), dtype=np.uint8)
+    # boxes already at the patch's 1:2 aspect, inside the frame: the box
+    # encoder cuts exactly these pixels
+    boxes = [(10, 20, 40, 80), (100, 30, 60, 120), (200, 100, 25, 50)]
+    crops = [frame[y:y + h, x:x + w] for x, y, w, h in boxes]
+    vectors = loaded.predict(crops)
+    assert isinstance(vectors, list) and len(vectors) == 3
+    expected = encoder_lib.create_box_encoder(loaded)(frame, boxes)
+    assert np.abs(np.stack(vectors) - expected).max() < 1e-6
+    assert loaded.predict([]) == []
+    with pytest.raises(UsageError, match="crop 1 of dtype float32"):
+        loaded.predict([crops[0], crops[1].astype(np.float32)])
+
+
+def test_a_tracker_follows_people_with_the_embedder(exports, market_dir):
+    """deep_sort_realtime (from PyPI) tracks three synthetic people across
+    frames with our features as its embeds."""
+    from deep_sort_realtime.deepsort_tracker import DeepSort
+    loaded = encoder_lib.load(exports[1])
+    by_id = {}
+    for path in sorted(glob.glob(os.path.join(market_dir,
+                                              "bounding_box_test", "*.jpg"))):
+        person = os.path.basename(path).split("_")[0]
+        if not person.startswith("-") and person != "0000":
+            by_id.setdefault(person, path)
+    people = [np.asarray(Image.open(p).convert("RGB"))[..., ::-1]
+              for p in list(by_id.values())[:3]]
+    tracker = DeepSort(max_age=5, n_init=2, embedder=None)
+    tracks_of = [set() for _ in people]
+    for frame_index in range(8):
+        frame = np.full((300, 500, 3), 90, np.uint8)
+        boxes = []
+        for i, person in enumerate(people):
+            x, y = 40 + 150 * i + 6 * frame_index, 60 + 3 * frame_index
+            frame[y:y + 128, x:x + 64] = person
+            boxes.append([x, y, 64, 128])
+        crops = [frame[y:y + h, x:x + w] for x, y, w, h in boxes]
+        tracks = tracker.update_tracks(
+            [(box, 0.9, "person") for box in boxes],
+            embeds=loaded.predict(crops))
+        for track in tracks:
+            if track.is_confirmed() and track.time_since_update == 0:
+                left = track.to_ltwh()[0]
+                person = int(np.argmin([abs(left - b[0]) for b in boxes]))
+                tracks_of[person].add(track.track_id)
+    # each person kept one track from confirmation on, none shared
+    assert all(len(ids) == 1 for ids in tracks_of), tracks_of
+    assert len(set.union(*tracks_of)) == 3
+
+
+def test_int8_is_close_to_float32(trained, exports, market_dir, tmp_path):
+    _, encoder = trained
+    calibration = deploy.calibration_patches(
+        sorted(glob.glob(os.path.join(market_dir, "bounding_box_train",
+                                      "*.jpg"))), 100, (128, 64, 3))
+    assert calibration.shape == (100, 128, 64, 3)
+    int8 = deploy.write_openvino(encoder, str(tmp_path / "q.xml"),
+                                 (128, 64, 3), calibration=calibration)
+    held_out = _crops(os.path.join(market_dir, "query"), 32, seed=2)
+    quantised = encoder_lib.load(int8)(held_out)
+    floats = encoder_lib.load(exports[1])(held_out)
+    cosine = np.sum(quantised * floats, axis=1) / np.linalg.norm(
+        quantised, axis=1) / np.linalg.norm(floats, axis=1)
+    assert cosine.min() >= 0.99, cosine
+    # int8 weights: the file is far smaller than the float32 one
+    assert os.path.getsize(tmp_path / "q.bin") < 0.5 * os.path.getsize(
+        exports[1][:-4] + ".bin")
+
+
+def test_cli_exports_and_tests_the_exported_models(trained, market_dir,
+                                                   tmp_path):
+    checkpoint, _ = trained
+    for mode, output, extra in (
+            ("onnx", "m.onnx", []),
+            ("openvino", "m_int8.xml", ["--int8", "--calibration_images=60",
+                                        f"--dataset_dir={market_dir}"])):
+        result = run_script("train_market1501.py", f"--mode={mode}",
+                            f"--restore_path={checkpoint}",
+                            f"--output={tmp_path / output}", *extra)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert f"wrote {tmp_path / output}" in result.stdout
+    assert "Calibrating int8 on 60 training images" in result.stderr
+    # --mode=test of each model (in this process: the CLI passes
+    # --restore_path and --backend to run_test)
+    numbers = {name: protocol.run_test(MARKET, str(model), market_dir,
+                                       "triplet", backend=backend)
+               for name, model, backend in (
+                   ("checkpoint", checkpoint, "auto"),
+                   ("onnx", tmp_path / "m.onnx", "auto"),
+                   ("onnx on openvino", tmp_path / "m.onnx", "openvino"),
+                   ("int8", tmp_path / "m_int8.xml", "auto"))}
+    for name in ("onnx", "onnx on openvino"):
+        for key in ("rank-1", "rank-5", "mAP"):
+            assert numbers[name][key] == pytest.approx(
+                numbers["checkpoint"][key], abs=1e-6), (name, key)
+    for key in ("rank-1", "mAP"):
+        assert abs(numbers["int8"][key] - numbers["checkpoint"][key]) <= 0.02
+    assert numbers["checkpoint"]["rank-1"] > 0.2  # far from chance (0.1)
+
+
+# Bad input ----------------------------------------------------------------
+
+def _error_line(result):
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    return errors[0]
+
+
+def test_a_missing_extra_is_one_line_naming_it(monkeypatch, tmp_path):
+    """Each converter and runtime made unimportable, as where the extra is
+    not installed (the entry points print the UsageError as one line)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.onnx").write_bytes(b"")
+    (tmp_path / "m.xml").write_text("")
+    for module, call in (
+            ("tf2onnx", lambda: deploy.check_onnx_output("m.onnx")),
+            ("openvino", lambda: deploy.check_openvino_output("m.xml")),
+            ("nncf", lambda: deploy.quantize(None, [])),
+            ("onnxruntime", lambda: encoder_lib.load("m.onnx")),
+            ("openvino", lambda: encoder_lib.load("m.xml"))):
+        with monkeypatch.context() as patch:
+            patch.setitem(sys.modules, module, None)
+            with pytest.raises(UsageError) as error:
+                call()
+        message = str(error.value)
+        assert f"'{module}'" in message and ".[deploy]" in message, message
+        assert "\n" not in message
+
+
+def test_an_onnx_of_another_input_shape_is_refused_by_test_mode(
+        market_dir, tmp_path):
+    small = network_definition.create_encoder((64, 32, 3))
+    path = deploy.write_onnx(small, str(tmp_path / "small.onnx"), (64, 32, 3))
+    assert encoder_lib.load(path).image_shape == (64, 32, 3)
+    with pytest.raises(UsageError, match=r"takes patches of \(64, 32, 3\); "
+                       r"market1501 is evaluated at \(128, 64, 3\)"):
+        protocol.run_test(MARKET, path, market_dir, "triplet")
+
+
+def test_corrupt_or_foreign_models_and_unknown_backends_are_one_line(
+        exports, tmp_path):
+    garbage = tmp_path / "broken.onnx"
+    garbage.write_bytes(b"\x08\x07not a model" * 10)
+    with pytest.raises(UsageError, match="ONNX Runtime cannot load it"):
+        encoder_lib.load(str(garbage))
+    bad_xml = tmp_path / "broken.xml"
+    bad_xml.write_text("<net><layers>")
+    with pytest.raises(UsageError, match="OpenVINO cannot load it"):
+        encoder_lib.load(str(bad_xml))
+    with pytest.raises(UsageError, match="--backend=onnxruntime cannot run"):
+        encoder_lib.load(exports[1], backend="onnxruntime")
+    with pytest.raises(UsageError, match="--backend=tensorrt: expected one of"):
+        encoder_lib.load(exports[0], backend="tensorrt")
+    # an ONNX model that takes float NCHW input, as other projects export
+    import onnx
+    from onnx import helper, TensorProto
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["images"], ["features"])], "other",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT,
+                                       ["N", 3, 256, 128])],
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT,
+                                       ["N", 3, 256, 128])])
+    foreign = str(tmp_path / "foreign.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 17)]), foreign)
+    with pytest.raises(UsageError, match="its input is float"):
+        encoder_lib.load(foreign)
+
+
+def test_deploy_exports_never_replace_other_files(trained, tmp_path):
+    notes = tmp_path / "notes.xml"
+    notes.write_text("<notes>mine</notes>")
+    bin_file = tmp_path / "m.bin"
+    bin_file.write_bytes(b"someone's data")
+    for check, output, fragment in (
+            (deploy.check_onnx_output, notes, "ending in .onnx"),
+            (deploy.check_openvino_output, notes,
+             f"refusing to replace {notes}"),
+            (deploy.check_openvino_output, tmp_path / "m.xml",
+             f"refusing to replace {bin_file}"),
+            (deploy.check_onnx_output, tmp_path / "x.pb", "ending in .onnx")):
+        with pytest.raises(UsageError, match=re.escape(fragment)):
+            check(str(output))
+    with pytest.raises(UsageError, match="refusing"):
+        deploy.write_openvino(trained[1], str(tmp_path / "m.xml"),
+                              (128, 64, 3))
+    assert notes.read_text() == "<notes>mine</notes>"
+    assert bin_file.read_bytes() == b"someone's data"
+    # earlier outputs of its own are replaced
+    xml = deploy.write_openvino(trained[1], str(tmp_path / "own.xml"),
+                                (128, 64, 3))
+    deploy.write_openvino(trained[1], xml, (128, 64, 3))
+    assert sorted(os.listdir(tmp_path)) == ["m.bin", "notes.xml", "own.bin",
+                                            "own.xml"]
+    # the modes check before loading the checkpoint; --int8 is OpenVINO's
+    checkpoint, _ = trained
+    line = _error_line(run_script(
+        "train_market1501.py", "--mode=onnx", "--int8",
+        f"--restore_path={checkpoint}", f"--output={tmp_path / 'q.onnx'}"))
+    assert "--mode=openvino" in line

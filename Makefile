@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,deploy]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -51,12 +51,26 @@ demo: install
 		--output=$(DEMO_DIR)/market1501.pb
 	$(PY) examples/box_encoder.py --model=$(DEMO_DIR)/market1501.pb \
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic
+	$(PY) train_market1501.py --mode=onnx \
+		--restore_path=$(DEMO_DIR)/output/triplet \
+		--output=$(DEMO_DIR)/market1501.onnx
+	$(PY) train_market1501.py --mode=openvino --int8 \
+		--restore_path=$(DEMO_DIR)/output/triplet \
+		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
+		--output=$(DEMO_DIR)/market1501_int8.xml
+	@echo
+	@echo "The int8 model, measured with the same protocol (float above):"
+	$(PY) train_market1501.py --mode=test --loss_mode=triplet \
+		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
+		--restore_path=$(DEMO_DIR)/market1501_int8.xml \
+		--output_json=$(DEMO_DIR)/test_int8.json
 	@echo
 	@echo "Synthetic dataset:  $(DEMO_DIR)/Market-1501-synthetic"
 	@echo "Checkpoints:        $(DEMO_DIR)/output/triplet/"
 	@echo "Test numbers:       $(DEMO_DIR)/test.json"
 	@echo "Ranked retrieval:   $(DEMO_DIR)/ranks.png"
 	@echo "Deep SORT encoder:  $(DEMO_DIR)/market1501.pb"
+	@echo "ONNX, OpenVINO int8: $(DEMO_DIR)/market1501.onnx, $(DEMO_DIR)/market1501_int8.xml"
 	@echo "TensorBoard:        $(VENV)/bin/tensorboard --logdir_spec train:$(DEMO_DIR)/output,eval:$(DEMO_DIR)/eval"
 	@echo "In Deep SORT:       python tools/generate_detections.py --model=$(abspath $(DEMO_DIR))/market1501.pb --mot_dir=./MOT16/train --output_dir=./resources/detections/MOT16_train"
 

@@ -4,6 +4,7 @@ real tracker fed by it (the ``deploy`` extra)."""
 import glob
 import os
 import re
+import shutil
 import sys
 
 import numpy as np
@@ -47,8 +48,14 @@ def test_every_backend_gives_the_keras_features(trained, exports,
     onnx, xml = exports
     crops = _crops(os.path.join(market_dir, "bounding_box_test"), 64)
     expected = keras_features(encoder, crops)
-    for path, backend in ((onnx, "auto"), (onnx, "openvino"), (xml, "auto")):
-        loaded = encoder_lib.load(path, batch_size=64, backend=backend)
+    throughput = {"INFERENCE_PRECISION_HINT": "f32",
+                  "PERFORMANCE_HINT": "THROUGHPUT"}  # batches split
+    for path, backend, config in ((onnx, "auto", None),
+                                  (onnx, "openvino", None),
+                                  (xml, "auto", None), (xml, "auto",
+                                                        throughput)):
+        loaded = encoder_lib.load(path, batch_size=64, backend=backend,
+                                  openvino_config=config)
         assert loaded.backend == ("onnxruntime" if backend == "auto" and
                                   path == onnx else "openvino")
         assert loaded.image_shape == (128, 64, 3) and loaded.feature_dim == 128
@@ -130,14 +137,27 @@ def test_a_tracker_follows_people_with_the_embedder(exports, market_dir):
     assert len(set.union(*tracks_of)) == 3
 
 
-def test_int8_is_close_to_float32(trained, exports, market_dir, tmp_path):
-    _, encoder = trained
-    calibration = deploy.calibration_patches(
-        sorted(glob.glob(os.path.join(market_dir, "bounding_box_train",
-                                      "*.jpg"))), 100, (128, 64, 3))
-    assert calibration.shape == (100, 128, 64, 3)
-    int8 = deploy.write_openvino(encoder, str(tmp_path / "q.xml"),
-                                 (128, 64, 3), calibration=calibration)
+@pytest.fixture(scope="module")
+def cli_exports(trained, market_dir, tmp_path_factory):
+    """``--mode=onnx`` and ``--mode=openvino --int8`` of the trained
+    checkpoint, written by the entry point."""
+    checkpoint, _ = trained
+    directory = tmp_path_factory.mktemp("cli")
+    for mode, output, extra in (
+            ("onnx", "m.onnx", []),
+            ("openvino", "m_int8.xml", ["--int8", "--calibration_images=100",
+                                        f"--dataset_dir={market_dir}"])):
+        result = run_script("train_market1501.py", f"--mode={mode}",
+                            f"--restore_path={checkpoint}",
+                            f"--output={directory / output}", *extra)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert f"wrote {directory / output}" in result.stdout
+    assert "Calibrating int8 on 100 training images" in result.stderr
+    return str(directory / "m.onnx"), str(directory / "m_int8.xml")
+
+
+def test_int8_is_close_to_float32(exports, cli_exports, market_dir):
+    int8 = cli_exports[1]
     held_out = _crops(os.path.join(market_dir, "query"), 32, seed=2)
     quantised = encoder_lib.load(int8)(held_out)
     floats = encoder_lib.load(exports[1])(held_out)
@@ -145,32 +165,23 @@ def test_int8_is_close_to_float32(trained, exports, market_dir, tmp_path):
         quantised, axis=1) / np.linalg.norm(floats, axis=1)
     assert cosine.min() >= 0.99, cosine
     # int8 weights: the file is far smaller than the float32 one
-    assert os.path.getsize(tmp_path / "q.bin") < 0.5 * os.path.getsize(
+    assert os.path.getsize(int8[:-4] + ".bin") < 0.5 * os.path.getsize(
         exports[1][:-4] + ".bin")
 
 
-def test_cli_exports_and_tests_the_exported_models(trained, market_dir,
-                                                   tmp_path):
+def test_test_mode_measures_the_exported_models(trained, cli_exports,
+                                                market_dir):
     checkpoint, _ = trained
-    for mode, output, extra in (
-            ("onnx", "m.onnx", []),
-            ("openvino", "m_int8.xml", ["--int8", "--calibration_images=60",
-                                        f"--dataset_dir={market_dir}"])):
-        result = run_script("train_market1501.py", f"--mode={mode}",
-                            f"--restore_path={checkpoint}",
-                            f"--output={tmp_path / output}", *extra)
-        assert result.returncode == 0, result.stderr[-2000:]
-        assert f"wrote {tmp_path / output}" in result.stdout
-    assert "Calibrating int8 on 60 training images" in result.stderr
-    # --mode=test of each model (in this process: the CLI passes
-    # --restore_path and --backend to run_test)
-    numbers = {name: protocol.run_test(MARKET, str(model), market_dir,
-                                       "triplet", backend=backend)
+    onnx, int8 = cli_exports
+    # in this process: the entry point passes --restore_path and --backend
+    # to run_test
+    numbers = {name: protocol.run_test(MARKET, model, market_dir, "triplet",
+                                       backend=backend)
                for name, model, backend in (
                    ("checkpoint", checkpoint, "auto"),
-                   ("onnx", tmp_path / "m.onnx", "auto"),
-                   ("onnx on openvino", tmp_path / "m.onnx", "openvino"),
-                   ("int8", tmp_path / "m_int8.xml", "auto"))}
+                   ("onnx", onnx, "auto"),
+                   ("onnx on openvino", onnx, "openvino"),
+                   ("int8", int8, "auto"))}
     for name in ("onnx", "onnx on openvino"):
         for key in ("rank-1", "rank-5", "mAP"):
             assert numbers[name][key] == pytest.approx(
@@ -251,7 +262,8 @@ def test_corrupt_or_foreign_models_and_unknown_backends_are_one_line(
         encoder_lib.load(foreign)
 
 
-def test_deploy_exports_never_replace_other_files(trained, tmp_path):
+def test_deploy_exports_never_replace_other_files(trained, exports,
+                                                   tmp_path):
     notes = tmp_path / "notes.xml"
     notes.write_text("<notes>mine</notes>")
     bin_file = tmp_path / "m.bin"
@@ -270,10 +282,10 @@ def test_deploy_exports_never_replace_other_files(trained, tmp_path):
                               (128, 64, 3))
     assert notes.read_text() == "<notes>mine</notes>"
     assert bin_file.read_bytes() == b"someone's data"
-    # earlier outputs of its own are replaced
-    xml = deploy.write_openvino(trained[1], str(tmp_path / "own.xml"),
-                                (128, 64, 3))
-    deploy.write_openvino(trained[1], xml, (128, 64, 3))
+    # an earlier output of its own is replaced
+    for extension in (".xml", ".bin"):
+        shutil.copy(exports[1][:-4] + extension, tmp_path / f"own{extension}")
+    deploy.write_openvino(trained[1], str(tmp_path / "own.xml"), (128, 64, 3))
     assert sorted(os.listdir(tmp_path)) == ["m.bin", "notes.xml", "own.bin",
                                             "own.xml"]
     # the modes check before loading the checkpoint; --int8 is OpenVINO's

@@ -4,6 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?= demo
 DEMO_STEPS ?= 400
+# test files run in this many processes (each takes a few GB of memory)
+TEST_WORKERS ?= 2
 
 export TF_CPP_MIN_LOG_LEVEL := 2
 
@@ -18,7 +20,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 install: $(VENV)/.installed
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The evaluator runs beside training, on the CPU, as it would beside a GPU
 # run: it evaluates every checkpoint and stops after the last step's.

@@ -34,7 +34,7 @@ class Backend:
     keep_alive: Any = None  # what ``run`` needs alive (a loaded model)
 
 
-def model_format(path):
+def model_format(path, flag="--model"):
     """``"frozen"``, ``"saved_model"``, ``"onnx"``, ``"openvino"`` or
     ``"checkpoint"`` (a prefix or a folder of them), from the path."""
     if os.path.isdir(path) and tf.saved_model.contains_saved_model(path):
@@ -43,7 +43,7 @@ def model_format(path):
     formats = {".pb": "frozen", ".onnx": "onnx", ".xml": "openvino"}
     if extension in formats:
         if not os.path.isfile(path):
-            raise UsageError(f"--model={path}: no such file")
+            raise UsageError(f"{flag}={path}: no such file")
         return formats[extension]
     return "checkpoint"
 
@@ -54,45 +54,45 @@ RUNS_ON = {"frozen": (TENSORFLOW,), "saved_model": (TENSORFLOW,),
            "openvino": (OPENVINO,)}
 
 
-def load(path, backend, image_shape, openvino_config=None):
+def load(path, backend, image_shape, openvino_config=None, flag="--model"):
     """A :class:`Backend` for the model at ``path`` (see
-    :func:`encoder.load`)."""
+    :func:`encoder.load`); ``flag`` names where the path came from, for
+    the messages."""
     if backend not in NAMES:
         raise UsageError(f"--backend={backend}: expected one of "
                          f"{', '.join(NAMES)}")
-    fmt = model_format(path)
+    fmt = model_format(path, flag)
     if backend == "auto":
         backend = RUNS_ON[fmt][0]
     if backend not in RUNS_ON[fmt]:
         raise UsageError(f"--backend={backend} cannot run {path} (a {fmt} "
                          f"model); it runs on {' or '.join(RUNS_ON[fmt])}")
     if fmt == "frozen":
-        return _frozen_graph(path)
+        return _frozen_graph(path, flag)
     if fmt == "saved_model":
-        return _saved_model(path)
+        return _saved_model(path, flag)
     if fmt == "checkpoint":
-        encoder, _ = checkpoints.load_encoder(path, image_shape,
-                                              flag="--model")
+        encoder, _ = checkpoints.load_encoder(path, image_shape, flag)
         return Backend(export.inference_function(encoder, image_shape),
                        tuple(image_shape), encoder.output_shape[-1],
                        TENSORFLOW, encoder)
     if backend == ONNXRUNTIME:
-        return _onnxruntime(path)
-    return _openvino(path, OPENVINO_FLOAT32 if openvino_config is None
+        return _onnxruntime(path, flag)
+    return _openvino(path, flag, OPENVINO_FLOAT32 if openvino_config is None
                      else openvino_config)
 
 
-def _frozen_graph(path):
+def _frozen_graph(path, flag):
     graph_def = graph_pb2.GraphDef()
     try:
         with open(path, "rb") as f:
             graph_def.ParseFromString(f.read())
     except Exception as e:  # a protobuf DecodeError
-        raise UsageError(f"--model={path}: not a frozen TensorFlow graph "
+        raise UsageError(f"{flag}={path}: not a frozen TensorFlow graph "
                          f"({type(e).__name__})") from e
     names = {node.name: node for node in graph_def.node}
     if export.INPUT_NAME not in names or export.OUTPUT_NAME not in names:
-        raise UsageError(f"--model={path}: expected a graph with an "
+        raise UsageError(f"{flag}={path}: expected a graph with an "
                          f"'{export.INPUT_NAME}' input and a "
                          f"'{export.OUTPUT_NAME}' output")
     shape = [d.size for d in
@@ -107,10 +107,11 @@ def _frozen_graph(path):
         return features
 
     feature_dim = run.get_concrete_function().structured_outputs.shape[-1]
-    return Backend(run, _check_shape(path, shape), feature_dim, TENSORFLOW)
+    return Backend(run, _check_shape(path, flag, shape), feature_dim,
+                   TENSORFLOW)
 
 
-def _saved_model(path):
+def _saved_model(path, flag):
     model = tf.saved_model.load(path)
     serve = model.signatures["serving_default"]
     spec = serve.structured_input_signature[1][export.SAVED_MODEL_INPUT]
@@ -119,38 +120,41 @@ def _saved_model(path):
     def run(images):
         return serve(**{export.SAVED_MODEL_INPUT: images})[export.OUTPUT_NAME]
 
-    return Backend(run, _check_shape(path, spec.shape[1:]), feature_dim,
-                   TENSORFLOW, model)
+    return Backend(run, _check_shape(path, flag, spec.shape[1:]),
+                   feature_dim, TENSORFLOW, model)
 
 
-def _check_shape(path, shape, dtype="uint8"):
+def _check_shape(path, flag, shape, dtype="uint8"):
     """The model's ``(H, W, 3)``; UsageError unless it takes uint8 NHWC."""
     shape = tuple(shape)
     if (dtype != "uint8" or len(shape) != 3 or shape[2] != 3 or
             not all(isinstance(d, int) and d > 0 for d in shape)):
-        raise UsageError(f"--model={path}: its input is {dtype} "
+        raise UsageError(f"{flag}={path}: its input is {dtype} "
                          f"(N,) + {shape}; expected a model exported by this "
                          "project: uint8 BGR (N, H, W, 3) patches")
     return shape
 
 
-def _onnxruntime(path):
-    ort = deploy.require("onnxruntime", f"--model={path}")
+def _onnxruntime(path, flag):
+    ort = deploy.require("onnxruntime", f"{flag}={path}")
     try:
-        session = ort.InferenceSession(path,
-                                       providers=["CPUExecutionProvider"])
+        # CUDA where this is onnxruntime-gpu on a GPU machine
+        available = ort.get_available_providers()
+        session = ort.InferenceSession(path, providers=[
+            p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
+            if p in available])
     except Exception as e:  # onnxruntime's own exception types
-        raise UsageError(f"--model={path}: ONNX Runtime cannot load it "
+        raise UsageError(f"{flag}={path}: ONNX Runtime cannot load it "
                          f"({first_line(e)})") from e
     inputs, outputs = session.get_inputs(), session.get_outputs()
     if [i.name for i in inputs] != [export.INPUT_NAME] or \
             export.OUTPUT_NAME not in [o.name for o in outputs]:
-        raise UsageError(f"--model={path}: expected an ONNX model with an "
+        raise UsageError(f"{flag}={path}: expected an ONNX model with an "
                          f"'{export.INPUT_NAME}' input and a "
                          f"'{export.OUTPUT_NAME}' output, found inputs "
                          f"{[i.name for i in inputs]}")
     dtype = inputs[0].type.replace("tensor(", "").rstrip(")")
-    shape = _check_shape(path, inputs[0].shape[1:], dtype)
+    shape = _check_shape(path, flag, inputs[0].shape[1:], dtype)
     feature_dim = [o for o in outputs
                    if o.name == export.OUTPUT_NAME][0].shape[-1]
 
@@ -161,22 +165,22 @@ def _onnxruntime(path):
     return Backend(run, shape, int(feature_dim), ONNXRUNTIME, session)
 
 
-def _openvino(path, config):
-    ov = deploy.require("openvino", f"--model={path}")
+def _openvino(path, flag, config):
+    ov = deploy.require("openvino", f"{flag}={path}")
     try:
         compiled = ov.Core().compile_model(path, "CPU", config)
     except RuntimeError as e:
-        raise UsageError(f"--model={path}: OpenVINO cannot load it "
+        raise UsageError(f"{flag}={path}: OpenVINO cannot load it "
                          f"({first_line(e)})") from e
     names = [name for port in compiled.inputs for name in port.get_names()]
     if export.INPUT_NAME not in names or len(compiled.inputs) != 1:
-        raise UsageError(f"--model={path}: expected a model with one "
+        raise UsageError(f"{flag}={path}: expected a model with one "
                          f"'{export.INPUT_NAME}' input, found {names}")
     port = compiled.input(0)
     shape = port.get_partial_shape()
     dims = tuple(d.get_length() if d.is_static else None for d in shape)
-    shape = _check_shape(path, dims[1:], port.get_element_type().to_string()
-                         .replace("u8", "uint8"))
+    dtype = port.get_element_type().to_string().replace("u8", "uint8")
+    shape = _check_shape(path, flag, dims[1:], dtype)
     output = compiled.output(0)
     feature_dim = int(output.get_partial_shape()[-1].get_length())
     if str(config.get("PERFORMANCE_HINT", "")).upper() == "THROUGHPUT":

@@ -115,7 +115,8 @@ def define_flags(dataset):
         ".bin goes beside it (default <dataset>.xml, <dataset>_int8.xml).")
     flags.DEFINE_boolean("int8", False, "openvino: quantise to int8 (NNCF), "
                          "calibrated on training images of --dataset_dir.")
-    flags.DEFINE_integer("calibration_images", deploy.DEFAULT_CALIBRATION_IMAGES,
+    flags.DEFINE_integer("calibration_images",
+                         deploy.DEFAULT_CALIBRATION_IMAGES,
                          "openvino --int8: how many training images to "
                          "calibrate on (spread evenly over the set).")
 

@@ -27,9 +27,12 @@ RESULTS_JSON = files.json_kind(
 def _encode_fn(dataset, restore_path, batch_size, flip_test, backend):
     """``(encode(filenames), model path)`` for a checkpoint or, on its
     runtime, an exported model (``.pb``, SavedModel, ``.onnx``, ``.xml``)."""
+    flag = "--restore_path"
     if restore_path is not None and \
-            backends.model_format(restore_path) != "checkpoint":
-        model = encoder_lib.load(restore_path, batch_size, backend=backend)
+            backends.model_format(restore_path, flag) != "checkpoint":
+        model = encoder_lib.Encoder(backends.load(
+            restore_path, backend, dataset.image_shape, flag=flag),
+            batch_size)
         if model.image_shape != tuple(dataset.image_shape):
             raise UsageError(
                 f"--restore_path={restore_path} takes patches of "

@@ -44,9 +44,11 @@ def test_bf16_features_agree_with_float32_on_the_same_weights():
 @pytest.mark.parametrize("mixed_precision", ["bf16", "fp16"])
 def test_mixed_precision_training_writes_float32_checkpoints(
         market_dir, tmp_path, mixed_precision):
-    # float16 has no fast CPU kernels: one step of it takes a minute here
-    steps = 1 if mixed_precision == "fp16" else 3
+    # float16 has no fast CPU kernels: one step of batch 16 takes a minute
+    # here, so one step of batch 4
+    steps, batch = (1, 4) if mixed_precision == "fp16" else (3, 16)
     config = small_config(market_dir, tmp_path, number_of_steps=steps,
+                          batch_size=batch, images_per_id=2,
                           loss_mode="cosine-softmax",
                           mixed_precision=mixed_precision)
     result = training.train(MARKET, config)

@@ -54,6 +54,13 @@ def is_chief(strategy):
         "chief" not in resolver.cluster_spec().as_dict())
 
 
+def local_replicas(strategy):
+    """How many of the strategy's replicas run in this process."""
+    try:
+        return len(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy: one device
+        return 1
+
 
 def check_batch_split(batch_size, images_per_id, replicas=1):
     """Raise a UsageError unless every replica gets an equal share of whole

@@ -132,7 +132,13 @@ class QueuedTrainer:
 
     def wait_for(self, num_images, stop=lambda: False, poll_secs=0.05):
         """Block until the queue holds ``num_images``, the producers have
-        finished or ``stop()`` is true; a producer's failure is raised."""
+        finished or ``stop()`` is true; a producer's failure is raised.
+
+        Returns the seconds waited (0.0 if the images were there).
+        """
+        if self.size() >= num_images:
+            return 0.0
+        start = time.perf_counter()
         while self.size() < num_images and not stop():
             self.raise_if_failed()
             with self._lock:
@@ -140,6 +146,7 @@ class QueuedTrainer:
                     break
             time.sleep(poll_secs)
         self.raise_if_failed()
+        return time.perf_counter() - start
 
     def raise_if_failed(self):
         """Raise the first producer failure, if any, in the calling thread."""
@@ -284,6 +291,56 @@ class QueuedTrainer:
         logging.error("%s; stopping the input pipeline", message)
         self._stop.set()
         self._close(cancel=True)
+
+
+class InputMonitor:
+    """Whether the queue keeps the training step fed, per interval.
+
+    Before each step :meth:`before_step` waits until the queue holds a
+    whole batch: a step that had to wait is *starved*, and the time it
+    waited is input wait that the step's dequeue would otherwise have spent
+    blocked. :meth:`interval` returns, since the previous call:
+
+    - ``queue/starved_fraction``: the fraction of steps that waited,
+    - ``queue/input_wait_fraction``: the time waited over the wall time,
+    - ``queue/enqueue_images_per_second``: what the producers enqueued.
+
+    The first step of a run (waiting for the queue's initial fill) is not
+    counted.
+    """
+
+    POLL_SECS = 0.001  # short: a fast accelerator's step takes milliseconds
+
+    def __init__(self, trainer, now):
+        self._trainer = trainer
+        self._first = True
+        self._reset(now)
+
+    def _reset(self, now):
+        self._start, self._steps, self._starved, self._waited = now, 0, 0, 0.0
+        self._enqueued = self._trainer.num_enqueued
+
+    def before_step(self, batch_size, stop=lambda: False):
+        """Wait for a batch in the queue, counting the wait."""
+        waited = self._trainer.wait_for(batch_size, stop, self.POLL_SECS)
+        if self._first:
+            self._first = False
+            return
+        self._steps += 1
+        self._starved += waited > 0.0
+        self._waited += waited
+
+    def interval(self, now):
+        """The scalars of the interval since the last call; starts anew."""
+        seconds = max(now - self._start, 1e-9)
+        scalars = {
+            "queue/starved_fraction": self._starved / max(self._steps, 1),
+            "queue/input_wait_fraction": min(self._waited / seconds, 1.0),
+            "queue/enqueue_images_per_second":
+                (self._trainer.num_enqueued - self._enqueued) / seconds}
+        steps = self._steps
+        self._reset(now)
+        return scalars, steps
 
 
 def _text(item):

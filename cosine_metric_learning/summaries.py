@@ -24,16 +24,19 @@ def write_summaries(writer, step, result, scalars, conv1_1_kernel):
     writer.flush()
 
 
-def log_progress(config, step, scalars, steps_per_second, queue_fill):
+def log_progress(config, step, scalars, steps_per_second, queue_fill,
+                 input_wait):
     """The progress line: step, losses, accuracy (if the loss has one),
-    throughput and queue fill."""
+    throughput, queue fill and the share of time spent waiting for
+    input."""
     total = config.number_of_steps
     chosen = scalars["losses/" + losses.get(config.loss_mode).summary_name]
     extra = f"  accuracy {scalars['accuracy']:.3f}" if "accuracy" in scalars \
         else ""
     logging.info(
         "step %d%s  loss %.4f (%s %.4f, weight %.2e)%s  %.2f steps/s  "
-        "%.1f images/s  queue %.0f%%", step, f"/{total}" if total else "",
-        scalars["losses/total_loss"], config.loss_mode, chosen,
-        scalars["losses/weight_loss"], extra, steps_per_second,
-        steps_per_second * config.batch_size, 100.0 * queue_fill)
+        "%.1f images/s  queue %.0f%%  input wait %.0f%%", step,
+        f"/{total}" if total else "", scalars["losses/total_loss"],
+        config.loss_mode, chosen, scalars["losses/weight_loss"], extra,
+        steps_per_second, steps_per_second * config.batch_size,
+        100.0 * queue_fill, 100.0 * input_wait)

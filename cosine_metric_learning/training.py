@@ -162,6 +162,9 @@ class _Run:
             checkpoints.warm_start(self.model, config.restore_path,
                                    config.restore_classifier)
         self.per_replica = config.batch_size // strategy.num_replicas_in_sync
+        # what the replicas of this process dequeue per step
+        self.local_batch = self.per_replica * distribute.local_replicas(
+            strategy)
         self.train_step = self._distributed_step()
         self.writer = (tf.summary.create_file_writer(config.run_dir)
                        if chief else tf.summary.create_noop_writer())
@@ -230,16 +233,28 @@ class _Run:
                 self.current_step(), result["scalars"], self.last_path))
         return result
 
-    def report(self, result, rate, summary):
-        """The progress line and, if ``summary``, TensorBoard summaries."""
+    def report(self, result, rate, summary, feed):
+        """The progress line and, if ``summary``, TensorBoard summaries;
+        ``feed`` is ``(scalars, steps)`` of :class:`InputMonitor`."""
         config, current = self.config, self.current_step()
         scalars = {k: float(v) for k, v in result["scalars"].items()}
         queue_fill = self.trainer.size() / self.trainer.capacity
-        summaries.log_progress(config, current, scalars, rate, queue_fill)
+        feed_scalars, feed_steps = feed
+        summaries.log_progress(config, current, scalars, rate, queue_fill,
+                               feed_scalars["queue/input_wait_fraction"])
+        starved = feed_scalars["queue/starved_fraction"]
+        if starved > STARVED_WARNING and feed_steps >= 10:
+            logging.warning(
+                "%.0f%% of the last %d steps waited for input (%.0f%% of "
+                "the time): the producers enqueue %.0f images/s; more "
+                "--num_enqueue_threads or --cache_images would feed the "
+                "step faster", 100 * starved, feed_steps,
+                100 * feed_scalars["queue/input_wait_fraction"],
+                feed_scalars["queue/enqueue_images_per_second"])
         if summary:
             summaries.write_summaries(self.writer, current, result, {
                 "learning_rate": config.learning_rate,
-                "queue/fill_fraction": queue_fill,
+                "queue/fill_fraction": queue_fill, **feed_scalars,
                 "performance/images_per_second": rate * config.batch_size,
                 "input/unreadable_images": len(self.trainer.unreadable)},
                 self.model.encoder.get_layer("conv1_1").kernel)
@@ -248,6 +263,10 @@ class _Run:
         self.writer.close()
         if not self.chief:
             shutil.rmtree(self.save_dir, ignore_errors=True)
+
+
+# warn when more than this fraction of an interval's steps waited for input
+STARVED_WARNING = 0.1
 
 
 def _loop(run, stop):
@@ -265,8 +284,13 @@ def _loop(run, stop):
     logs = Periodic(config.log_interval_secs, now)
     writes = Periodic(config.save_summaries_secs, now)
     saves = Periodic(config.save_interval_secs, now)
+    monitor = queued_trainer.InputMonitor(run.trainer, now)
     first = True
     while not run.done() and stop.received is None:
+        monitor.before_step(run.local_batch,
+                            stop=lambda: stop.received is not None)
+        if stop.received is not None:
+            break
         result = run.step_once()
         if result is None:
             break
@@ -275,7 +299,7 @@ def _loop(run, stop):
         if logs.due(now, edge):
             rate = (current - log_step) / max(now - logs.last, 1e-9)
             summary = writes.due(now, edge)
-            run.report(result, rate, summary)
+            run.report(result, rate, summary, monitor.interval(now))
             if summary:
                 writes.ran(now)
             logs.ran(now)

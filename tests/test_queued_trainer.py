@@ -235,3 +235,44 @@ def test_bad_pipeline_settings_are_rejected():
         _in_memory_trainer(iter([]), num_threads=0)
     with pytest.raises(UsageError, match="queue_capacity=0"):
         _in_memory_trainer(iter([]), capacity=0)
+
+
+# Input monitor --------------------------------------------------------------
+
+def _monitored_steps(trainer, steps, step_secs, batch=4):
+    """A consumer like the training loop: wait as the monitor does, dequeue,
+    then "compute" for ``step_secs``; returns the interval's scalars."""
+    dequeue = tf.function(lambda: trainer.dequeue(batch))
+    monitor = queued_trainer.InputMonitor(trainer, time.time())
+    with trainer:
+        for _ in range(steps):
+            monitor.before_step(batch)
+            dequeue()
+            time.sleep(step_secs)
+        return monitor.interval(time.time())
+
+
+def test_monitor_sees_no_starvation_when_producers_outpace_the_step():
+    trainer = _in_memory_trainer(_image_batches(200, 4), num_threads=2,
+                                 capacity=64)
+    scalars, steps = _monitored_steps(trainer, 30, step_secs=0.02)
+    assert steps == 29  # the first step (the initial fill) is not counted
+    assert scalars["queue/starved_fraction"] == 0.0
+    assert scalars["queue/input_wait_fraction"] == 0.0
+    assert scalars["queue/enqueue_images_per_second"] > 0
+
+
+def test_monitor_counts_steps_that_wait_for_a_slow_producer():
+    def slow(batches):
+        for batch in batches:
+            time.sleep(0.05)  # producing takes longer than the step
+            yield batch
+
+    trainer = _in_memory_trainer(slow(_image_batches(200, 4)), num_threads=1,
+                                 capacity=64)
+    scalars, steps = _monitored_steps(trainer, 15, step_secs=0.0)
+    assert steps == 14
+    assert scalars["queue/starved_fraction"] > 0.8
+    assert scalars["queue/input_wait_fraction"] > 0.5
+    # one 4-image batch per 0.05 s or slower: at most 80 images/s
+    assert 0 < scalars["queue/enqueue_images_per_second"] <= 100

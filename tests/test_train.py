@@ -1,6 +1,7 @@
 """End-to-end training on synthetic data: checkpoints, summaries, resuming."""
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -45,10 +46,15 @@ def _read(checkpoint, name):
 
 @pytest.mark.parametrize("loss_mode", ["cosine-softmax", "triplet", "magnet"])
 def test_each_loss_mode_trains_and_writes_checkpoint_and_summaries(
-        market_dir, tmp_path, loss_mode):
+        market_dir, tmp_path, loss_mode, caplog):
     config = _config(market_dir, tmp_path, run_id=loss_mode,
                      loss_mode=loss_mode)
-    result = training.train(MARKET, config)
+    with caplog.at_level("INFO"):
+        result = training.train(MARKET, config)
+    progress = [r.getMessage() for r in caplog.records
+                if r.getMessage().startswith("step ")]
+    assert progress and all(re.search(r"queue \d+%  input wait \d+%$", line)
+                            for line in progress), progress
     assert result.step == 3 and result.signal is None
     assert result.checkpoint == os.path.join(config.run_dir, "ckpt-3")
     objects = checkpoints.checkpoint_objects(result.checkpoint)
@@ -59,6 +65,8 @@ def test_each_loss_mode_trains_and_writes_checkpoint_and_summaries(
     expected = {"losses/total_loss", "losses/triplet_loss",
                 "losses/magnet_loss", "losses/weight_loss", "learning_rate",
                 "queue/fill_fraction", "performance/images_per_second",
+                "queue/starved_fraction", "queue/input_wait_fraction",
+                "queue/enqueue_images_per_second",
                 "triplet/fraction_active_triplets",
                 "triplet/mean_feature_norm", "triplet/mean_distance",
                 "triplet/mean_positive_distance",

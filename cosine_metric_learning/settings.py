@@ -11,7 +11,8 @@ import dataclasses
 import os
 from typing import Optional
 
-from cosine_metric_learning import distribute, losses, queued_trainer
+from cosine_metric_learning import distribute, image_cache, losses
+from cosine_metric_learning import queued_trainer
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.model import MIXED_PRECISION_POLICIES
 
@@ -118,6 +119,14 @@ class TrainConfig(RunConfig):
     max_unreadable_fraction: float = setting(
         0.01, "Skip unreadable training images up to this fraction of them; "
         "more stops the run.", _fraction)
+    cache_images: bool = setting(
+        False, "Decode every training image once into memory (uint8 at the "
+        "input size) before training; the producers then only gather, flip "
+        "and enqueue.")
+    cache_max_gb: float = setting(
+        image_cache.DEFAULT_MAX_GB, "--cache_images: refuse to cache more "
+        "than this many GB (default: a quarter of this machine's memory).",
+        _positive)
     mixed_precision: str = setting(
         "none", "Compute in bfloat16 or float16 (with loss scaling); "
         "weights, features and losses stay float32.",

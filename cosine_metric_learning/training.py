@@ -23,7 +23,8 @@ import tensorflow as tf
 from absl import logging
 
 from cosine_metric_learning import checkpoints, distribute, model as model_lib
-from cosine_metric_learning import queued_trainer, run_settings, sampling
+from cosine_metric_learning import image_cache, queued_trainer
+from cosine_metric_learning import run_settings, sampling
 from cosine_metric_learning import summaries
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import first_line
@@ -332,16 +333,8 @@ def train(dataset, config):
                                  replicas)
     chief = distribute.is_chief(strategy)
     filenames, ids = read_training_data(dataset, config)
-    unreadable = set()  # filled by the producers, skipped by the sampler
-    feed = sampling.random_sample_identities_forever(
-        config.batch_size, config.images_per_id, filenames, ids,
-        exclude=unreadable)
     prepare_run_dir(dataset, config, chief)
-    trainer = queued_trainer.QueuedTrainer(
-        feed, dataset.image_shape, training=True,
-        num_threads=config.num_enqueue_threads,
-        capacity=config.queue_capacity, unreadable=unreadable,
-        max_unreadable=int(config.max_unreadable_fraction * len(filenames)))
+    trainer = _input_pipeline(dataset, config, filenames, ids)
     run = _Run(dataset, config, strategy, chief, trainer)
     logging.info(
         "Training %s on %d images of %d identities (%s, batch %d = %d x %d"
@@ -365,6 +358,34 @@ def train(dataset, config):
     # a worker's own checkpoints went with its scratch folder
     return TrainResult(run.current_step(), run.last_path if chief else None,
                        stop.received)
+
+
+def _input_pipeline(dataset, config, filenames, ids):
+    """The QueuedTrainer over the training files, or over their decoded
+    images with ``--cache_images``."""
+    max_unreadable = int(config.max_unreadable_fraction * len(filenames))
+    unreadable = set()  # filled by the producers, skipped by the sampler
+    if not config.cache_images:
+        feed = sampling.random_sample_identities_forever(
+            config.batch_size, config.images_per_id, filenames, ids,
+            exclude=unreadable)
+        return queued_trainer.QueuedTrainer(
+            feed, dataset.image_shape, training=True,
+            num_threads=config.num_enqueue_threads,
+            capacity=config.queue_capacity, unreadable=unreadable,
+            max_unreadable=max_unreadable)
+    cache, kept = image_cache.fill(filenames, dataset.image_shape,
+                                   config.cache_max_gb, max_unreadable)
+    rows = sampling.random_sample_identities_forever(
+        config.batch_size, config.images_per_id, np.arange(len(kept)),
+        ids[kept])
+    skipped = np.setdiff1d(np.arange(len(filenames)), kept)
+    return queued_trainer.QueuedTrainer(
+        image_cache.feed(cache, rows), dataset.image_shape, training=True,
+        num_threads=config.num_enqueue_threads,
+        capacity=config.queue_capacity,
+        unreadable={str(filenames[i]) for i in skipped},  # for the summary
+        input_spec=tf.TensorSpec((None,) + cache.shape[1:], tf.uint8))
 
 
 def _kept(last_path, state="is kept"):

@@ -106,6 +106,8 @@ class QueuedTrainer:
         @tf.function(input_signature=[input_spec,
                                       tf.TensorSpec([None], tf.int64)])
         def enqueue(inputs, labels):
+            # read, decode, flip and cast on the CPU beside the queue, not
+            # on the accelerator the step runs on
             with tf.device("/cpu:0"):
                 self.queue.enqueue_many([load(inputs), labels])
 
@@ -125,6 +127,10 @@ class QueuedTrainer:
         """``(images, labels)`` of one batch; call inside a tf.function."""
         images, labels = self.queue.dequeue_many(batch_size)
         return images, labels
+
+    def producer_function(self):
+        """The producers' concrete function (to inspect its placement)."""
+        return self._enqueue.get_concrete_function()
 
     def size(self):
         """Number of images in the queue now."""

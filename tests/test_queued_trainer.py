@@ -12,6 +12,7 @@ from PIL import Image
 
 from cosine_metric_learning import queued_trainer, sampling
 from cosine_metric_learning.errors import UsageError
+from tests.conftest import run_script
 
 SHAPE = (8, 4, 3)
 
@@ -276,3 +277,21 @@ def test_monitor_counts_steps_that_wait_for_a_slow_producer():
     assert scalars["queue/input_wait_fraction"] > 0.5
     # one 4-image batch per 0.05 s or slower: at most 80 images/s
     assert 0 < scalars["queue/enqueue_images_per_second"] <= 100
+
+
+def test_producers_are_placed_on_the_cpu_beside_the_queue():
+    """Reading, decoding, flipping and casting never go to an accelerator
+    (where the step runs): every op of the producers' function asks for
+    the CPU."""
+    trainer = queued_trainer.QueuedTrainer(iter(()), SHAPE)
+    ops = [op for op in trainer.producer_function().graph.get_operations()
+           if op.type not in ("Placeholder", "NoOp")]
+    assert ops and all(
+        tf.DeviceSpec.from_string(op.device).device_type == "CPU"
+        for op in ops), {op.name: op.device for op in ops}
+
+
+def test_gpu_check_without_a_gpu_says_so_and_exits_0():
+    result = run_script("benchmarks/gpu_check.py", timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().startswith("No GPU is visible")

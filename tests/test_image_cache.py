@@ -37,7 +37,7 @@ def files(market_dir, tmp_path):
 
 
 def test_the_cache_holds_exactly_what_the_producers_decode(files, caplog):
-    with caplog.at_level("INFO"):
+    with caplog.at_level("INFO", logger="absl"):
         images, kept = image_cache.fill(np.array(files), SHAPE, max_gb=1.0,
                                         max_unreadable=2)
     assert list(kept) == [i for i in range(len(files))

@@ -49,7 +49,7 @@ def test_each_loss_mode_trains_and_writes_checkpoint_and_summaries(
         market_dir, tmp_path, loss_mode, caplog):
     config = _config(market_dir, tmp_path, run_id=loss_mode,
                      loss_mode=loss_mode)
-    with caplog.at_level("INFO"):
+    with caplog.at_level("INFO", logger="absl"):
         result = training.train(MARKET, config)
     progress = [r.getMessage() for r in caplog.records
                 if r.getMessage().startswith("step ")]

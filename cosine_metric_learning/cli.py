@@ -106,6 +106,12 @@ def define_flags(dataset):
     flags.DEFINE_enum("backend", "auto", backends.NAMES, "test: the runtime "
                       "of an exported --restore_path (.onnx: onnxruntime "
                       "or openvino).")
+    # --mode=export
+    flags.DEFINE_enum("format", "kit", kit_features.FORMATS, "export: kit "
+                      "(the official kits' feature files) or pytorch_result "
+                      "(one .mat as PyTorch re-id evaluation scripts read "
+                      "it, to --output, default <dataset>_pytorch_result"
+                      ".mat).")
     # --mode=freeze, finalize, saved_model, onnx, openvino
     flags.DEFINE_string(
         "output", None, "freeze: the .pb file (default <dataset>.pb); "
@@ -166,6 +172,12 @@ def _test(dataset):
 
 
 def _export_kit_features(dataset):
+    if FLAGS.format == "pytorch_result":
+        print("wrote " + kit_features.export_pytorch_result(
+            dataset, restore_path_from_flags(), FLAGS.dataset_dir,
+            FLAGS.output or f"{dataset.name}_pytorch_result.mat",
+            batch_size=FLAGS.batch_size))
+        return 0
     output_dir = (FLAGS.sdk_dir if dataset.default_sdk_dir is not None
                   else FLAGS.dataset_dir)
     for path in kit_features.export_features(

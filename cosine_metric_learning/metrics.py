@@ -22,22 +22,26 @@ RANKS = (1, 5, 10, 20)
 VALIDATION_GALLERY_SEED = 4321
 
 
-def distance_matrix(query, gallery, metric):
+def distance_matrix(query, gallery, metric, dtype=tf.float32):
     """Distances (Q, G) between rows of ``query`` and ``gallery``.
 
     ``cosine`` is ``1 - cos(q, g)`` (rows are normalised first);
-    ``sqeuclidean`` is ``|q - g|^2``.
+    ``sqeuclidean`` is ``|q - g|^2``. ``dtype`` is the precision they are
+    computed in: the test protocol uses float64, as the kits compute in
+    MATLAB doubles (in float32, near-tied distances of a weakly trained
+    model round alike and ranks flip).
     """
     if metric not in METRICS:
         raise ValueError(f"metric={metric!r}: expected one of {METRICS}")
-    query = tf.convert_to_tensor(query, tf.float32)
-    gallery = tf.convert_to_tensor(gallery, tf.float32)
+    query = tf.cast(tf.convert_to_tensor(query), dtype)
+    gallery = tf.cast(tf.convert_to_tensor(gallery), dtype)
     if metric == "cosine":
         query = tf.math.l2_normalize(query, axis=1)
         gallery = tf.math.l2_normalize(gallery, axis=1)
         return (1.0 - tf.matmul(query, gallery, transpose_b=True)).numpy()
-    return tf.maximum(0.0, losses.pairwise_squared_distance(
-        query, gallery)).numpy()
+    return tf.maximum(tf.constant(0.0, dtype),
+                      losses.pairwise_squared_distance(query,
+                                                       gallery)).numpy()
 
 
 # Random single-shot galleries (validation) -----------------------------------
@@ -88,7 +92,8 @@ def validation_cmc(features, ids, cameras, num_galleries, metric,
     Returns
     -------
     dict
-        ``{"Precision@1": ..., ..., "mAP": ...}``.
+        ``{"Precision@1": ..., ..., "mAP": ..., "mINP": ...}`` (with one
+        relevant image per probe, mINP equals mAP).
     """
     features, ids = np.asarray(features), np.asarray(ids)
     sums = dict.fromkeys([f"Precision@{k}" for k in ranks] + ["mAP"], 0.0)
@@ -103,15 +108,19 @@ def validation_cmc(features, ids, cameras, num_galleries, metric,
         for k in ranks:
             sums[f"Precision@{k}"] += np.mean(rank < k)
         sums["mAP"] += np.mean(1.0 / (rank + 1))
-    return {name: value / num_galleries for name, value in sums.items()}
+    result = {name: value / num_galleries for name, value in sums.items()}
+    # one relevant image per probe: its INP, 1 / rank, is its AP
+    result["mINP"] = result["mAP"]
+    return result
 
 
 # The standard test protocol ---------------------------------------------------
 
 def _rank_chunk(distances, good, junk):
-    """Rank a chunk of queries: ``(first_hits, ap, ap_plain)``, the count
-    of first good matches at each position (junk removed) and the kits' and
-    the non-interpolated AP of every query with a good match."""
+    """Rank a chunk of queries: ``(first_hits, ap, ap_plain, inp)``, the
+    count of first good matches at each position (junk removed), and the
+    kits' AP, the non-interpolated AP and the INP of every query with a
+    good match."""
     num_gallery = distances.shape[1]
     # nearest first; ties keep gallery order, as MATLAB's sort does
     # (top_k documents that the lower index comes first)
@@ -138,8 +147,12 @@ def _rank_chunk(distances, good, junk):
     valid = num_good > 0
     ap = np.bincount(row, (previous + precision) / 2, len(order))
     ap_plain = np.bincount(row, precision, len(order))
+    # INP: the precision at the last hit, num_good / (its position + 1)
+    last = i == num_good[row]
+    inp = np.zeros(len(order))
+    inp[row[last]] = precision[last]
     return (first_hits, ap[valid] / num_good[valid],
-            ap_plain[valid] / num_good[valid])
+            ap_plain[valid] / num_good[valid], inp[valid])
 
 
 def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
@@ -160,7 +173,9 @@ def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
     dict
         ``rank-k`` CMC for each k, ``mAP`` (the kits' trapezoidal AP),
         ``mAP_noninterpolated`` (AP as PyTorch re-id toolkits compute it),
-        ``num_queries`` (queries with at least one good match; the others
+        ``mINP`` (Ye et al., 2021: the mean over queries of the number of
+        good matches over the position of the last one, junk removed: how
+        far down the hardest match is), ``num_queries`` (queries with at least one good match; the others
         are left out, as they have no answer) and ``cmc`` (the full curve).
     """
     distances = np.asarray(distances)
@@ -169,18 +184,19 @@ def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
     gallery_cameras = np.asarray(gallery_cameras)
     num_gallery = distances.shape[1]
     first_hits = np.zeros(num_gallery)
-    ap_sum = ap_plain_sum = 0.0
+    ap_sum = ap_plain_sum = inp_sum = 0.0
     num_valid = 0
     for start in range(0, len(query_ids), chunk_size):
         rows = slice(start, start + chunk_size)
         same_id = gallery_ids[None, :] == query_ids[rows, None]
         same_cam = gallery_cameras[None, :] == query_cameras[rows, None]
         junk = (gallery_ids == -1)[None, :] | (same_id & same_cam)
-        hits, aps, aps_plain = _rank_chunk(distances[rows], same_id & ~junk,
-                                           junk)
+        hits, aps, aps_plain, inps = _rank_chunk(distances[rows],
+                                                 same_id & ~junk, junk)
         first_hits += hits
         ap_sum += aps.sum()
         ap_plain_sum += aps_plain.sum()
+        inp_sum += inps.sum()
         num_valid += len(aps)
     if num_valid == 0:
         raise ValueError("no query has a good match in the gallery")
@@ -188,5 +204,6 @@ def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
     result = {f"rank-{k}": float(cmc[min(k, num_gallery) - 1]) for k in ranks}
     result.update(mAP=ap_sum / num_valid,
                   mAP_noninterpolated=ap_plain_sum / num_valid,
+                  mINP=inp_sum / num_valid,
                   num_queries=num_valid, cmc=cmc)
     return result

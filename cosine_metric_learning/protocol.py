@@ -9,6 +9,7 @@ the loss mode's distance and scored with CMC and mAP (``metrics.py``);
 import json
 
 import numpy as np
+import tensorflow as tf
 from absl import logging
 from PIL import Image, ImageDraw, PngImagePlugin
 
@@ -78,9 +79,11 @@ def _and_more(count):
 
 def evaluate_split(split, features, metric):
     """Standard-protocol metrics and the distance matrix of a test split."""
+    # in double precision, as the kits compute
+    features = np.asarray(features, np.float64)
     query = features_lib.pool_groups(features, split.query_groups)
     gallery = features_lib.pool_groups(features, split.gallery_groups)
-    distances = metrics.distance_matrix(query, gallery, metric)
+    distances = metrics.distance_matrix(query, gallery, metric, tf.float64)
     result = metrics.evaluate_ranking(
         distances, split.query_ids, split.gallery_ids, split.query_cameras,
         split.gallery_cameras)
@@ -119,7 +122,8 @@ def format_table(summary):
     """The test numbers as a small text table."""
     rows = [(k, summary[k]) for k in summary if k.startswith("rank-")]
     rows += [("mAP", summary["mAP"]),
-             ("mAP (non-interpolated)", summary["mAP_noninterpolated"])]
+             ("mAP (non-interpolated)", summary["mAP_noninterpolated"]),
+             ("mINP", summary["mINP"])]
     lines = [f"{summary['dataset']} test, {summary['num_queries']} queries, "
              f"{summary['metric']} distance"
              f"{', flip test' if summary['flip_test'] else ''}",

@@ -15,7 +15,7 @@ def restored_encoder(checkpoint):
 
 def kit_reference(distances, q_ids, g_ids, q_cams, g_cams, ranks):
     """A straightforward per-query loop after the Market-1501 kit."""
-    cmcs, aps, plain = [], [], []
+    cmcs, aps, plain, inps = [], [], [], []
     for q in range(len(q_ids)):
         order = np.argsort(distances[q], kind="stable")
         good = [g for g in order if g_ids[g] == q_ids[q]
@@ -39,14 +39,17 @@ def kit_reference(distances, q_ids, g_ids, q_cams, g_cams, ranks):
             ap += (recall - old_recall) * (old_precision + precision) / 2
             if is_good:
                 ap_plain += precision / ngood
+                last_hit = j + 1  # 1-based position of the latest good
             old_recall, old_precision = recall, precision
             j += 1
         cmcs.append(cmc)
         aps.append(ap)
         plain.append(ap_plain)
+        inps.append(ngood / last_hit)
     cmc = np.mean(cmcs, axis=0)
     out = {f"rank-{k}": cmc[k - 1] for k in ranks}
     out.update(mAP=np.mean(aps), mAP_noninterpolated=np.mean(plain),
+               mINP=np.mean(inps),
                num_queries=len(aps))
     return out
 

@@ -55,7 +55,7 @@ def _precision_events(eval_dir):
     acc.Reload()
     tags = set(acc.Tags()["tensors"])
     assert {"Precision@1", "Precision@5", "Precision@10", "Precision@20",
-            "mAP"} <= tags
+            "mAP", "mINP"} <= tags
     return [(e.step, float(tf.make_ndarray(e.tensor_proto)))
             for e in acc.Tensors("Precision@1")]
 
@@ -285,3 +285,36 @@ def test_evaluator_skips_an_unreadable_checkpoint_and_goes_on(
     assert sum("Cannot read checkpoint" in w and "ckpt-0" in w
                for w in warnings) == 3
     assert any(w.startswith("Skipping") and "ckpt-0" in w for w in warnings)
+
+
+def test_pytorch_result_export_reproduces_the_test_numbers(
+        mars_dir, spread_checkpoint, tmp_path):
+    """The one-file layout PyTorch evaluation scripts read: evaluated from
+    the file alone, as such a script would, it gives --mode=test's
+    numbers (MARS: tracklets pooled)."""
+    output = str(tmp_path / "pytorch_result.mat")
+    written = kit_features.export_pytorch_result(
+        MARS, spread_checkpoint, mars_dir, output, batch_size=64)
+    assert written == output
+    mat = scipy.io.loadmat(output)
+    assert set(kit_features.PYTORCH_RESULT_KEYS) <= set(mat)
+    q, g = mat["query_f"].astype(float), mat["gallery_f"].astype(float)
+    assert q.shape[1] == g.shape[1] == 128
+    assert mat["query_label"].shape == (1, len(q))
+    assert mat["gallery_cam"].shape == (1, len(g))
+    assert len(mat["query_name"]) == len(q)
+    distances = 1 - (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (
+        g / np.linalg.norm(g, axis=1, keepdims=True)).T
+    expected = kit_reference(distances, mat["query_label"][0],
+                             mat["gallery_label"][0], mat["query_cam"][0],
+                             mat["gallery_cam"][0], (1, 5))
+    summary = protocol.run_test(MARS, spread_checkpoint, mars_dir,
+                                "cosine-softmax", batch_size=64)
+    for key in ("rank-1", "rank-5", "mAP", "mINP"):
+        assert summary[key] == pytest.approx(expected[key], abs=1e-6), key
+    # it replaces only its own kind
+    other = tmp_path / "other.mat"
+    scipy.io.savemat(other, {"features": np.zeros((2, 2))})
+    with pytest.raises(UsageError, match="refusing to replace"):
+        kit_features.export_pytorch_result(MARS, spread_checkpoint, mars_dir,
+                                           str(other))

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from cosine_metric_learning import losses, metrics
+from cosine_metric_learning import losses, metrics, protocol
+from cosine_metric_learning.datasets import util as dataset_util
 from tests.reference import kit_reference
 
 
@@ -33,6 +34,8 @@ def test_junk_before_first_match_and_several_good_matches():
     expected = 0.5 * (0 + 1 / 2) / 2 + 0.5 * (1 / 3 + 2 / 4) / 2
     assert result["mAP"] == pytest.approx(expected)
     assert result["mAP_noninterpolated"] == pytest.approx((1 / 2 + 2 / 4) / 2)
+    # mINP: 2 good matches, the last at position 4
+    assert result["mINP"] == pytest.approx(2 / 4)
     assert result["num_queries"] == 1
 
 
@@ -48,6 +51,7 @@ def test_first_match_on_top_and_distractor_only_top_ranks():
     ap_b = 1.0 * (0 / 3 + 1 / 4) / 2
     assert result["mAP"] == pytest.approx((ap_a + ap_b) / 2)
     assert result["mAP_noninterpolated"] == pytest.approx((1 + 1 / 4) / 2)
+    assert result["mINP"] == pytest.approx((1 / 1 + 1 / 4) / 2)
     assert result["rank-1"] == 0.5 and result["rank-5"] == 1.0
     np.testing.assert_allclose(result["cmc"][:5], [0.5, 0.5, 0.5, 1.0, 1.0])
 
@@ -141,3 +145,40 @@ def test_validation_cmc_on_hand_made_features():
     assert result["Precision@1"] == pytest.approx(0.75)
     assert result["Precision@20"] == pytest.approx(1.0)
     assert 0.75 < result["mAP"] < 1.0
+
+
+def _near_tie(seed):
+    """float32 features of a query, a distractor and a good match whose
+    cosine distances to the query tie in float32 (as the library computes
+    them) but differ in float64, the good match nearer; None if this seed
+    gives none."""
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=16).astype(np.float32)
+    q /= np.linalg.norm(q)
+    g = (q + 3e-4 * rng.normal(size=(2, 16))).astype(np.float32)
+    f32 = metrics.distance_matrix(q[None], g, "cosine")[0]
+    g64 = g.astype(float) / np.linalg.norm(g.astype(float), axis=1,
+                                           keepdims=True)
+    f64 = 1 - g64 @ (q.astype(float) / np.linalg.norm(q.astype(float)))
+    if f32[0] == f32[1] and f64[1] < f64[0]:
+        return np.stack([q, g[0], g[1]])
+    return None
+
+
+def test_the_test_protocol_ranks_near_ties_in_double_precision():
+    features = next(f for f in map(_near_tie, range(3000)) if f is not None)
+    split = dataset_util.TestSplit(
+        filenames=np.array(["query", "distractor", "good"]),
+        query_groups=[np.array([0])], query_ids=np.array([1]),
+        query_cameras=np.array([0]),
+        gallery_groups=[np.array([1]), np.array([2])],
+        gallery_ids=np.array([2, 1]), gallery_cameras=np.array([1, 1]),
+        exports={})
+    # in float32 the distances tie and the distractor, listed first, wins
+    float32 = metrics.distance_matrix(features[:1], features[1:], "cosine")
+    assert metrics.evaluate_ranking(float32, [1], [2, 1], [0], [1, 1])[
+        "rank-1"] == 0.0
+    result, distances = protocol.evaluate_split(split, features, "cosine")
+    assert distances.dtype == np.float64
+    assert distances[0, 1] < distances[0, 0]
+    assert result["rank-1"] == 1.0 and result["mINP"] == 1.0

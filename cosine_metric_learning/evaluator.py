@@ -121,9 +121,13 @@ class _Evaluator:
                          path)
             return step
         checkpoints.restore(path, encoder=self.encoder)
+        features = self.encode_readable()
         values = metrics.validation_cmc(
-            self.encode_readable(), self.ids, self.cameras,
+            features, self.ids, self.cameras,
             self.dataset.num_validation_galleries, self.metric)
+        # the --max_cosine_distance Deep SORT should use with it
+        values["gate/max_cosine_distance"] = metrics.validation_gate(
+            features, self.ids)
         with self.writer.as_default(step=step):
             for name, value in values.items():
                 tf.summary.scalar(name, value)

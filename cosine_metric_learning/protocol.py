@@ -78,7 +78,8 @@ def _and_more(count):
 
 
 def evaluate_split(split, features, metric):
-    """Standard-protocol metrics and the distance matrix of a test split."""
+    """Standard-protocol metrics and the distance matrix of a test split,
+    with the tracker's gate (:func:`tracker_gate`)."""
     # in double precision, as the kits compute
     features = np.asarray(features, np.float64)
     query = features_lib.pool_groups(features, split.query_groups)
@@ -87,7 +88,24 @@ def evaluate_split(split, features, metric):
     result = metrics.evaluate_ranking(
         distances, split.query_ids, split.gallery_ids, split.query_cameras,
         split.gallery_cameras)
+    cosine = distances if metric == "cosine" else metrics.distance_matrix(
+        query, gallery, "cosine", tf.float64)
+    result.update(tracker_gate(cosine, split.query_ids, split.gallery_ids))
     return result, distances
+
+
+def tracker_gate(cosine, query_ids, gallery_ids):
+    """The ``--max_cosine_distance`` to give Deep SORT for this model: the
+    equal-error threshold of the query-gallery cosine distances between
+    one identity (any camera: a tracker matches within a camera too) and
+    different identities; junk (-1) entries are left out."""
+    keep = np.asarray(gallery_ids) != -1
+    same = np.asarray(query_ids)[:, None] == np.asarray(gallery_ids)[None,
+                                                                     keep]
+    gate = metrics.equal_error_gate(cosine[:, keep], same)
+    return {"max_cosine_distance": gate["threshold"],
+            "gate_false_accept_rate": gate["false_accept_rate"],
+            "gate_false_reject_rate": gate["false_reject_rate"]}
 
 
 def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
@@ -129,6 +147,13 @@ def format_table(summary):
              f"{', flip test' if summary['flip_test'] else ''}",
              f"{'metric':24s} {'value':>7s}", "-" * 32]
     lines += [f"{name:24s} {100 * value:6.2f}%" for name, value in rows]
+    lines += [
+        "", f"Deep SORT gate: --max_cosine_distance="
+        f"{summary['max_cosine_distance']:.4g} (equal error: "
+        f"{100 * summary['gate_false_accept_rate']:.1f}% of different-"
+        f"identity pairs pass it, "
+        f"{100 * summary['gate_false_reject_rate']:.1f}% of same-identity "
+        "pairs are cut)"]
     return "\n".join(lines)
 
 

@@ -59,3 +59,16 @@ def keras_features(encoder, patches_bgr):
     and scaled here, not by the library's preprocessing."""
     rgb = patches_bgr[..., ::-1].astype(np.float32) / 255.0
     return encoder(rgb, training=False).numpy()
+
+
+def gate_reference(positives, negatives):
+    """The equal-error gate with every candidate threshold tried:
+    ``(threshold, false-accept rate, false-reject rate)`` where the two
+    rates are closest."""
+    best = None
+    for t in sorted(set(positives)):
+        far = sum(d <= t for d in negatives) / len(negatives)
+        frr = sum(d > t for d in positives) / len(positives)
+        if best is None or abs(far - frr) < abs(best[1] - best[2]):
+            best = (t, far, frr)
+    return best

@@ -15,7 +15,8 @@ from cosine_metric_learning import evaluator, kit_features, protocol, settings
 from cosine_metric_learning import training
 from cosine_metric_learning.errors import UsageError
 from tests.conftest import ENV, ROOT, small_config
-from tests.reference import kit_reference, restored_encoder
+from tests.reference import gate_reference, kit_reference
+from tests.reference import restored_encoder
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 from cosine_metric_learning.datasets.spec import MARS
 
@@ -55,7 +56,7 @@ def _precision_events(eval_dir):
     acc.Reload()
     tags = set(acc.Tags()["tensors"])
     assert {"Precision@1", "Precision@5", "Precision@10", "Precision@20",
-            "mAP", "mINP"} <= tags
+            "mAP", "mINP", "gate/max_cosine_distance"} <= tags
     return [(e.step, float(tf.make_ndarray(e.tensor_proto)))
             for e in acc.Tensors("Precision@1")]
 
@@ -175,7 +176,19 @@ def test_market1501_test_mode_equals_a_reference_loop(
 
     import json
     with open(tmp_path / "out.json") as f:
-        assert json.load(f)["mAP"] == pytest.approx(summary["mAP"])
+        written = json.load(f)
+    assert written["mAP"] == pytest.approx(summary["mAP"])
+    assert written["mINP"] == pytest.approx(summary["mINP"])
+    # the tracker's gate: the equal-error threshold of the query-gallery
+    # cosine distances, junk left out, every threshold tried
+    keep = g_ids != -1
+    same = (q_ids[:, None] == g_ids[None, keep]).ravel()
+    pairs = distances[:, keep].ravel()
+    threshold, far, frr = gate_reference(pairs[same].tolist(),
+                                               pairs[~same].tolist())
+    assert written["max_cosine_distance"] == pytest.approx(threshold)
+    assert written["gate_false_accept_rate"] == pytest.approx(far)
+    assert written["gate_false_reject_rate"] == pytest.approx(frr)
     image = Image.open(tmp_path / "ranks.png")
     assert image.size == (11 * 72 + 4, 8 * 136)
 

@@ -5,7 +5,7 @@ import pytest
 
 from cosine_metric_learning import losses, metrics, protocol
 from cosine_metric_learning.datasets import util as dataset_util
-from tests.reference import kit_reference
+from tests.reference import gate_reference, kit_reference
 
 
 def _ranking_distances(num_queries, orders, num_gallery):
@@ -182,3 +182,24 @@ def test_the_test_protocol_ranks_near_ties_in_double_precision():
     assert distances.dtype == np.float64
     assert distances[0, 1] < distances[0, 0]
     assert result["rank-1"] == 1.0 and result["mINP"] == 1.0
+
+
+def test_the_gate_is_the_equal_error_threshold():
+    positives = [0.1, 0.2, 0.3, 0.4]
+    negatives = [0.25, 0.5, 0.6, 0.7]
+    distances = np.array(positives + negatives)
+    same = np.array([True] * 4 + [False] * 4)
+    gate = metrics.equal_error_gate(distances, same)
+    # at 0.3: 0.4 is cut (1/4), 0.25 passes (1/4)
+    assert gate == {"threshold": 0.3, "false_accept_rate": 0.25,
+                    "false_reject_rate": 0.25}
+    rng = np.random.default_rng(2)
+    pos = np.round(rng.normal(0.2, 0.1, 300), 3)  # with ties
+    neg = rng.normal(0.5, 0.15, 2000)
+    gate = metrics.equal_error_gate(
+        np.concatenate([pos, neg]).reshape(46, 50),
+        np.arange(2300).reshape(46, 50) < 300)
+    t, far, frr = gate_reference(pos.tolist(), neg.tolist())
+    assert gate["threshold"] == t
+    assert gate["false_accept_rate"] == pytest.approx(far)
+    assert gate["false_reject_rate"] == pytest.approx(frr)

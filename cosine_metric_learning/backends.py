@@ -54,10 +54,10 @@ RUNS_ON = {"frozen": (TENSORFLOW,), "saved_model": (TENSORFLOW,),
            "openvino": (OPENVINO,)}
 
 
-def load(path, backend, image_shape, openvino_config=None, flag="--model"):
-    """A :class:`Backend` for the model at ``path`` (see
-    :func:`encoder.load`); ``flag`` names where the path came from, for
-    the messages."""
+def resolve(path, backend, flag="--model"):
+    """``(format, backend)`` of the model at ``path``: ``"auto"`` becomes
+    the format's default runtime; UsageError for an unknown backend or one
+    that cannot run the format."""
     if backend not in NAMES:
         raise UsageError(f"--backend={backend}: expected one of "
                          f"{', '.join(NAMES)}")
@@ -67,6 +67,14 @@ def load(path, backend, image_shape, openvino_config=None, flag="--model"):
     if backend not in RUNS_ON[fmt]:
         raise UsageError(f"--backend={backend} cannot run {path} (a {fmt} "
                          f"model); it runs on {' or '.join(RUNS_ON[fmt])}")
+    return fmt, backend
+
+
+def load(path, backend, image_shape, openvino_config=None, flag="--model"):
+    """A :class:`Backend` for the model at ``path`` (see
+    :func:`encoder.load`); ``flag`` names where the path came from, for
+    the messages."""
+    fmt, backend = resolve(path, backend, flag)
     if fmt == "frozen":
         return _frozen_graph(path, flag)
     if fmt == "saved_model":

@@ -16,8 +16,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from cosine_metric_learning import preprocessing
-from cosine_metric_learning.errors import TrainingError, UsageError
+from cosine_metric_learning import preprocessing, queued_trainer
+from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.errors import first_line
 
 PROGRESS_SECS = 10.0
@@ -54,8 +54,9 @@ def fill(filenames, image_shape, max_gb, max_unreadable):
     ------
     UsageError
         If the images would take more than ``max_gb``.
-    TrainingError
-        If more than ``max_unreadable`` images cannot be read.
+    queued_trainer.UnreadableDataError
+        If more than ``max_unreadable`` images cannot be read (a
+        TrainingError, as when the producers find them).
     """
     image_shape = tuple(image_shape[:2]) + (3,)
     size = cache_gb(len(filenames), image_shape)
@@ -82,8 +83,11 @@ def fill(filenames, image_shape, max_gb, max_unreadable):
     missing = np.flatnonzero(~filled)
     _report_unreadable(filenames, missing, image_shape, max_unreadable)
     kept = np.flatnonzero(filled)
+    # close the gaps in place: a copy would hold the cache twice
+    for row in range(missing[0] if len(missing) else len(kept), len(kept)):
+        images[row] = images[kept[row]]
     logging.info("Cached %d images in %.1f s", len(kept), time.time() - start)
-    return images[kept] if len(missing) else images, kept
+    return images[:len(kept)], kept
 
 
 def _decoded(filenames, image_shape):
@@ -108,10 +112,8 @@ def _report_unreadable(filenames, missing, image_shape, max_unreadable):
         reason = first_line(errors[j]) if j in errors else "unreadable"
         logging.warning("Skipping unreadable image '%s': %s", name, reason)
     if len(missing) > max_unreadable:
-        examples = ", ".join(f"'{n}'" for n in sorted(names)[:3])
-        raise TrainingError(
-            f"{len(missing)} training images are unreadable, more than the "
-            f"{max_unreadable} allowed; e.g. {examples}")
+        raise queued_trainer.UnreadableDataError(
+            queued_trainer.too_many_unreadable(names, max_unreadable))
 
 
 def feed(cache, batches):

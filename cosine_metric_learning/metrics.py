@@ -175,8 +175,9 @@ def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
         ``mAP_noninterpolated`` (AP as PyTorch re-id toolkits compute it),
         ``mINP`` (Ye et al., 2021: the mean over queries of the number of
         good matches over the position of the last one, junk removed: how
-        far down the hardest match is), ``num_queries`` (queries with at least one good match; the others
-        are left out, as they have no answer) and ``cmc`` (the full curve).
+        far down the hardest match is), ``num_queries`` (queries with at
+        least one good match; the others are left out, as they have no
+        answer) and ``cmc`` (the full curve).
     """
     distances = np.asarray(distances)
     query_ids, gallery_ids = np.asarray(query_ids), np.asarray(gallery_ids)

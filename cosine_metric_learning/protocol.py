@@ -29,8 +29,9 @@ def _encode_fn(dataset, restore_path, batch_size, flip_test, backend):
     """``(encode(filenames), model path)`` for a checkpoint or, on its
     runtime, an exported model (``.pb``, SavedModel, ``.onnx``, ``.xml``)."""
     flag = "--restore_path"
-    if restore_path is not None and \
-            backends.model_format(restore_path, flag) != "checkpoint":
+    fmt, backend = (backends.resolve(restore_path, backend, flag)
+                    if restore_path is not None else ("checkpoint", backend))
+    if fmt != "checkpoint":
         model = encoder_lib.Encoder(backends.load(
             restore_path, backend, dataset.image_shape, flag=flag),
             batch_size)
@@ -42,9 +43,6 @@ def _encode_fn(dataset, restore_path, batch_size, flip_test, backend):
                 "size")
         return features_lib.make_exported_encode_fn(
             model, batch_size, flip_test), restore_path
-    if backend not in ("auto", backends.TENSORFLOW):
-        raise UsageError(f"--backend={backend} runs exported models "
-                         "(.onnx, .xml); a checkpoint runs on tensorflow")
     encoder, path = checkpoints.load_encoder(restore_path,
                                              dataset.image_shape)
     return features_lib.make_encode_fn(encoder, dataset.image_shape,

@@ -35,6 +35,13 @@ class UnreadableDataError(ProducerError, TrainingError):
     """More training images are unreadable than the run allows."""
 
 
+def too_many_unreadable(names, allowed):
+    """The message of :class:`UnreadableDataError`, naming examples."""
+    examples = ", ".join(f"'{n}'" for n in sorted(names)[:3])
+    return (f"{len(names)} training images are unreadable, more than the "
+            f"{allowed} allowed; e.g. {examples}")
+
+
 class ThreadSafeIterator:
     """Serialises ``next()`` on one iterator for several threads."""
 
@@ -272,13 +279,9 @@ class QueuedTrainer:
                 too_many = count > self.max_unreadable
                 if too_many:  # counted and failed under one lock: the
                     # message's count is the number of warnings above
-                    examples = ", ".join(f"'{n}'" for n in
-                                         sorted(self.unreadable)[:3])
                     self._error = (
-                        UnreadableDataError,
-                        f"{count} training images are unreadable, more than "
-                        f"the {self.max_unreadable} allowed; e.g. "
-                        f"{examples}", error)
+                        UnreadableDataError, too_many_unreadable(
+                            self.unreadable, self.max_unreadable), error)
             if too_many:
                 self._fail(self._error[1], error)
                 return None

@@ -364,28 +364,27 @@ def _input_pipeline(dataset, config, filenames, ids):
     """The QueuedTrainer over the training files, or over their decoded
     images with ``--cache_images``."""
     max_unreadable = int(config.max_unreadable_fraction * len(filenames))
-    unreadable = set()  # filled by the producers, skipped by the sampler
-    if not config.cache_images:
+    if config.cache_images:
+        cache, kept = image_cache.fill(filenames, dataset.image_shape,
+                                       config.cache_max_gb, max_unreadable)
+        rows = sampling.random_sample_identities_forever(
+            config.batch_size, config.images_per_id, np.arange(len(kept)),
+            ids[kept])
+        feed = image_cache.feed(cache, rows)
+        # the skipped files, for the summary
+        unreadable = {str(f) for f in np.delete(filenames, kept)}
+        input_spec = tf.TensorSpec((None,) + cache.shape[1:], tf.uint8)
+    else:
+        unreadable = set()  # filled by the producers, skipped by the sampler
         feed = sampling.random_sample_identities_forever(
             config.batch_size, config.images_per_id, filenames, ids,
             exclude=unreadable)
-        return queued_trainer.QueuedTrainer(
-            feed, dataset.image_shape, training=True,
-            num_threads=config.num_enqueue_threads,
-            capacity=config.queue_capacity, unreadable=unreadable,
-            max_unreadable=max_unreadable)
-    cache, kept = image_cache.fill(filenames, dataset.image_shape,
-                                   config.cache_max_gb, max_unreadable)
-    rows = sampling.random_sample_identities_forever(
-        config.batch_size, config.images_per_id, np.arange(len(kept)),
-        ids[kept])
-    skipped = np.setdiff1d(np.arange(len(filenames)), kept)
+        input_spec = None  # file names
     return queued_trainer.QueuedTrainer(
-        image_cache.feed(cache, rows), dataset.image_shape, training=True,
+        feed, dataset.image_shape, training=True,
         num_threads=config.num_enqueue_threads,
-        capacity=config.queue_capacity,
-        unreadable={str(filenames[i]) for i in skipped},  # for the summary
-        input_spec=tf.TensorSpec((None,) + cache.shape[1:], tf.uint8))
+        capacity=config.queue_capacity, input_spec=input_spec,
+        unreadable=unreadable, max_unreadable=max_unreadable)
 
 
 def _kept(last_path, state="is kept"):

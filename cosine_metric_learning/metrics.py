@@ -116,26 +116,51 @@ def validation_cmc(features, ids, cameras, num_galleries, metric,
 
 # The standard test protocol ---------------------------------------------------
 
+def _hit_positions(distances, good, junk):
+    """Every good match ("hit") of a chunk of queries in rank order: its
+    row, its 0-based position in the ranking with junk removed, and i for
+    the i-th hit of its row (1-based).
+
+    Nearest first; ties keep gallery order, as MATLAB's sort does. The
+    positions are counted, not found by sorting indices: junk is moved past
+    every hit (infinite distance), each row's distances are sorted as
+    values, and a hit's position is the number of distances below it plus
+    the entries at its very distance with a lower gallery index.
+    """
+    distances = np.where(junk, np.inf, distances)
+    nearest = np.sort(distances, axis=1)  # values only: a fast SIMD sort
+    rows, positions, ranks = [], [], []
+    for r in np.flatnonzero(good.any(axis=1)):
+        hits = np.flatnonzero(good[r])
+        values = distances[r, hits]
+        order = np.argsort(values, kind="stable")  # ties: gallery order
+        hits, values = hits[order], values[order]
+        below = np.searchsorted(nearest[r], values, side="left")
+        level = np.searchsorted(values, values, side="left")
+        tied = np.searchsorted(nearest[r], values, side="right") - below
+        position = below + np.arange(len(hits)) - level
+        others = tied > np.searchsorted(values, values, side="right") - level
+        for k in np.flatnonzero(others):  # entries other than hits tie
+            same = np.flatnonzero(distances[r, :hits[k]] == values[k])
+            position[k] = below[k] + len(same)
+        rows.append(np.full(len(hits), r))
+        positions.append(position)
+        ranks.append(np.arange(1, len(hits) + 1))
+    if not rows:
+        return (np.zeros(0, np.int64),) * 3
+    return (np.concatenate(rows), np.concatenate(positions),
+            np.concatenate(ranks))
+
+
 def _rank_chunk(distances, good, junk):
     """Rank a chunk of queries: ``(first_hits, ap, ap_plain, inp)``, the
     count of first good matches at each position (junk removed), and the
     kits' AP, the non-interpolated AP and the INP of every query with a
     good match."""
-    num_gallery = distances.shape[1]
-    # nearest first; ties keep gallery order, as MATLAB's sort does
-    # (top_k documents that the lower index comes first)
-    order = tf.math.top_k(-distances, k=num_gallery).indices.numpy()
-    junk = np.take_along_axis(junk, order, axis=1)
-    good = np.take_along_axis(good, order, axis=1)
-
-    # every good match ("hit"): its row, its position in the ranking
-    # with junk removed, and i for the i-th hit of its row
-    row, column = np.nonzero(good)  # row-major: hits in rank order
-    junk_before = np.cumsum(junk, axis=1, dtype=np.int32)
-    position = (column - junk_before[row, column]).astype(np.float64)
-    num_good = np.bincount(row, minlength=len(order))
-    row_start = np.concatenate([[0], np.cumsum(num_good)[:-1]])
-    i = np.arange(len(row)) - row_start[row] + 1.0
+    num_queries, num_gallery = distances.shape
+    row, position, i = _hit_positions(distances, good, junk)
+    position, i = position.astype(np.float64), i.astype(np.float64)
+    num_good = np.bincount(row, minlength=num_queries)
 
     # CMC: the first hit of every query with a good match
     first_hits = np.bincount(position[i == 1].astype(np.int64),
@@ -145,11 +170,11 @@ def _rank_chunk(distances, good, junk):
     precision = i / (position + 1.0)
     previous = np.where(position > 0, (i - 1) / np.maximum(position, 1), 1.0)
     valid = num_good > 0
-    ap = np.bincount(row, (previous + precision) / 2, len(order))
-    ap_plain = np.bincount(row, precision, len(order))
+    ap = np.bincount(row, (previous + precision) / 2, num_queries)
+    ap_plain = np.bincount(row, precision, num_queries)
     # INP: the precision at the last hit, num_good / (its position + 1)
     last = i == num_good[row]
-    inp = np.zeros(len(order))
+    inp = np.zeros(num_queries)
     inp[row[last]] = precision[last]
     return (first_hits, ap[valid] / num_good[valid],
             ap_plain[valid] / num_good[valid], inp[valid])

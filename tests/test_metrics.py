@@ -83,6 +83,31 @@ def test_vectorised_protocol_equals_a_per_query_loop_on_random_data():
         assert result[key] == pytest.approx(value), key
 
 
+def test_ranking_with_many_exact_ties_equals_a_per_query_loop():
+    # five distance levels: hits tie with hits, distractors and junk, and
+    # every tie keeps gallery order
+    rng = np.random.default_rng(11)
+    q_ids, q_cams = rng.integers(0, 6, 30), rng.integers(0, 3, 30)
+    g_ids = np.concatenate([rng.integers(0, 6, 90), [-1] * 10])
+    g_cams = rng.integers(0, 3, 100)
+    distances = np.round(rng.random((30, 100)) * 4) / 4
+    result = metrics.evaluate_ranking(distances, q_ids, g_ids, q_cams, g_cams,
+                                      chunk_size=4)
+    expected = kit_reference(distances, q_ids, g_ids, q_cams, g_cams,
+                             metrics.RANKS)
+    for key, value in expected.items():
+        assert result[key] == pytest.approx(value, abs=1e-12), key
+    # and ties among a query's good matches only
+    distances = rng.random((30, 100))
+    distances[(q_ids[:, None] == g_ids[None, :]) & (
+        q_cams[:, None] != g_cams[None, :])] = 0.5
+    result = metrics.evaluate_ranking(distances, q_ids, g_ids, q_cams, g_cams)
+    expected = kit_reference(distances, q_ids, g_ids, q_cams, g_cams,
+                             metrics.RANKS)
+    for key, value in expected.items():
+        assert result[key] == pytest.approx(value, abs=1e-12), key
+
+
 def test_distance_matrix_against_numpy():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(4, 6)), rng.normal(size=(5, 6))

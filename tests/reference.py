@@ -72,3 +72,40 @@ def gate_reference(positives, negatives):
         if best is None or abs(far - frr) < abs(best[1] - best[2]):
             best = (t, far, frr)
     return best
+
+
+def rerank_reference(query, gallery, metric, k1, k2, lambda_value):
+    """k-reciprocal re-ranking as the paper states it, with dense matrices
+    and Python sets; nearest lists put the lower index first on ties."""
+    x = np.concatenate([query, gallery]).astype(np.float64)
+    if metric == "cosine":
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        d = 1.0 - x @ x.T
+    else:
+        d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=2)
+    n, nq = len(x), len(query)
+    order = [sorted(range(n), key=lambda j: (d[i, j], j)) for i in range(n)]
+    d = d / d.max(axis=1, keepdims=True)
+
+    def reciprocal(i, k):
+        return {j for j in order[i][:k + 1] if i in order[j][:k + 1]}
+
+    v = np.zeros((n, n))
+    for i in range(n):
+        r = reciprocal(i, k1)
+        expansion = set(r)
+        for c in r:
+            rc = reciprocal(c, int(round(k1 / 2)))
+            if len(rc & r) > 2 / 3 * len(rc):
+                expansion |= rc
+        for j in expansion:
+            v[i, j] = np.exp(-d[i, j])
+        v[i] /= v[i].sum()
+    if k2 > 1:
+        v = np.array([v[order[i][:k2]].mean(axis=0) for i in range(n)])
+    jaccard = np.zeros((nq, n - nq))
+    for i in range(nq):
+        for j in range(n - nq):
+            a, b = v[i], v[nq + j]
+            jaccard[i, j] = 1 - np.minimum(a, b).sum() / np.maximum(a, b).sum()
+    return (1 - lambda_value) * jaccard + lambda_value * d[:nq, nq:]

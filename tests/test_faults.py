@@ -1,7 +1,6 @@
 """Faults injected for real: signals, kills, bad files, NaN, full disks."""
 
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -187,12 +186,18 @@ def test_non_finite_loss_stops_without_saving_it(market_dir, tmp_path):
                 assert np.all(np.isfinite(value)), (path, name)
 
 
-def _file_size_limit(megabytes):
-    def apply():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead
-        limit = megabytes * 2 ** 20
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return apply
+def _with_file_size_limit(megabytes, args):
+    """``args`` run where no file may exceed ``megabytes`` (writes past it
+    fail with EFBIG, SIGXFSZ ignored). The limit is set by a small Python
+    that then execs ``args``, not by a ``preexec_fn``: Python code between
+    fork and exec in this many-threaded process can deadlock the child, and
+    ``Popen`` would wait for its exec forever."""
+    limit = megabytes * 2 ** 20
+    return [sys.executable, "-c",
+            "import os, resource, signal, sys; "
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
+            "os.execv(sys.argv[1], sys.argv[1:])", *args]
 
 
 def _train_on_a_full_disk(market_dir, log_dir, steps):
@@ -200,9 +205,9 @@ def _train_on_a_full_disk(market_dir, log_dir, steps):
     33 MB, so its save fails); the run must stop with one error line, which
     is returned."""
     result = subprocess.run(
-        _train_args(market_dir, log_dir, f"--number_of_steps={steps}"),
-        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
-        preexec_fn=_file_size_limit(5))
+        _with_file_size_limit(5, _train_args(
+            market_dir, log_dir, f"--number_of_steps={steps}")),
+        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]

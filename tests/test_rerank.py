@@ -1,0 +1,61 @@
+"""k-reciprocal re-ranking against a dense reference and a hand-made case."""
+
+import numpy as np
+import pytest
+
+from cosine_metric_learning import metrics, rerank
+from tests.reference import rerank_reference
+
+
+def _clusters(seed, num_ids=6, per_id=8, dim=8):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(num_ids, dim))
+    ids = np.repeat(np.arange(num_ids), per_id)
+    return centres[ids] + 0.7 * rng.normal(size=(len(ids), dim)), ids
+
+
+@pytest.mark.parametrize("metric", ["cosine", "sqeuclidean"])
+def test_rerank_equals_a_dense_reference(metric):
+    features, _ = _clusters(3)
+    query, gallery = features[::4], np.delete(features, np.s_[::4], axis=0)
+    for k1, k2, lambda_value in ((5, 3, 0.3), (20, 6, 0.3), (4, 1, 0.0)):
+        result = rerank.k_reciprocal(query, gallery, metric, k1, k2,
+                                     lambda_value, block_size=5)
+        expected = rerank_reference(query, gallery, metric, k1, k2,
+                                    lambda_value)
+        np.testing.assert_allclose(result, expected, rtol=0, atol=1e-9)
+
+
+def test_rerank_puts_the_mutual_neighbours_first():
+    # the distractor x is nearest to the query, but its own nearest are its
+    # own cluster; the true matches a1..a3 have the query among theirs
+    query = np.array([[0.0, 0.0]])
+    gallery = np.array([
+        [-0.95, 0.0],                                   # x, identity 2
+        [1.0, 0.0], [1.0, 0.1], [1.0, -0.1],            # a1..a3, identity 1
+        [-1.05, 0.05], [-1.05, -0.05], [-1.1, 0.0]])    # x's cluster
+    g_ids = np.array([2, 1, 1, 1, 2, 2, 2])
+    cams = np.ones(len(g_ids), int)
+
+    def rank1(distances):
+        return metrics.evaluate_ranking(distances, [1], g_ids, [0],
+                                        cams)["rank-1"]
+
+    plain = metrics.distance_matrix(query, gallery, "sqeuclidean")
+    assert np.argmin(plain[0]) == 0 and rank1(plain) == 0.0
+    reranked = rerank.k_reciprocal(query, gallery, "sqeuclidean", k1=3,
+                                   k2=1, lambda_value=0.3)
+    assert np.argmin(reranked[0]) == 1 and rank1(reranked) == 1.0
+    # the query and x share no k-reciprocal neighbour: Jaccard distance 1
+    assert reranked[0, 0] == pytest.approx(0.7 + 0.3 * plain[0, 0]
+                                           / plain[0].max())
+    np.testing.assert_allclose(reranked, rerank_reference(
+        query, gallery, "sqeuclidean", 3, 1, 0.3), atol=1e-9)
+
+
+def test_rerank_refuses_bad_parameters():
+    features, _ = _clusters(0)
+    for k1, k2, lambda_value in ((0, 6, 0.3), (20, 0, 0.3), (20, 6, 1.5)):
+        with pytest.raises(ValueError, match="expected k1 >= 1"):
+            rerank.k_reciprocal(features[:3], features[3:], "cosine", k1, k2,
+                                lambda_value)

@@ -19,7 +19,7 @@ from absl import app, flags
 
 from cosine_metric_learning import backends, checkpoints, deploy, evaluator
 from cosine_metric_learning import export, files
-from cosine_metric_learning import kit_features, protocol, settings
+from cosine_metric_learning import kit_features, protocol, rerank, settings
 from cosine_metric_learning import training
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import parse_flags
@@ -103,6 +103,15 @@ def define_flags(dataset):
                          "mirrored images (sum, re-normalised).")
     flags.DEFINE_string("rank_image", None, "test: draw queries and their "
                         "top 10 gallery entries into this PNG file.")
+    flags.DEFINE_boolean("rerank", False, "test: also report the numbers "
+                         "after k-reciprocal re-ranking (Zhong et al., 2017).")
+    flags.DEFINE_integer("rerank_k1", rerank.K1, "test --rerank: k1, the "
+                         "size of the k-reciprocal neighbour lists.")
+    flags.DEFINE_integer("rerank_k2", rerank.K2, "test --rerank: k2, the "
+                         "neighbours averaged by local query expansion.")
+    flags.DEFINE_float("rerank_lambda", rerank.LAMBDA, "test --rerank: the "
+                       "weight of the original distance beside the Jaccard "
+                       "distance.")
     flags.DEFINE_enum("backend", "auto", backends.NAMES, "test: the runtime "
                       "of an exported --restore_path (.onnx: onnxruntime "
                       "or openvino).")
@@ -167,7 +176,9 @@ def _test(dataset):
         dataset, restore_path_from_flags(), FLAGS.dataset_dir,
         FLAGS.loss_mode, batch_size=FLAGS.batch_size,
         flip_test=FLAGS.flip_test, output_json=FLAGS.output_json,
-        rank_image=FLAGS.rank_image, backend=FLAGS.backend)
+        rank_image=FLAGS.rank_image, backend=FLAGS.backend,
+        rerank_parameters=(FLAGS.rerank_k1, FLAGS.rerank_k2,
+                           FLAGS.rerank_lambda) if FLAGS.rerank else None)
     return 0
 
 

@@ -14,10 +14,14 @@ from absl import logging
 from PIL import Image, ImageDraw, PngImagePlugin
 
 from cosine_metric_learning import backends, checkpoints, files, losses
-from cosine_metric_learning import metrics
+from cosine_metric_learning import metrics, rerank
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import features as features_lib
 from cosine_metric_learning.errors import UsageError, first_line
+
+# the numbers reported after re-ranking, under "rerank"
+RERANK_KEYS = tuple(f"rank-{k}" for k in metrics.RANKS) + (
+    "mAP", "mAP_noninterpolated", "mINP")
 
 # an existing --output_json is replaced only if it is one of these
 RESULTS_JSON = files.json_kind(
@@ -75,20 +79,29 @@ def _and_more(count):
     return f" and {count - 1} more" if count > 1 else ""
 
 
-def evaluate_split(split, features, metric):
+def evaluate_split(split, features, metric, rerank_parameters=None):
     """Standard-protocol metrics and the distance matrix of a test split,
-    with the tracker's gate (:func:`tracker_gate`)."""
+    with the tracker's gate (:func:`tracker_gate`) and, given
+    ``(k1, k2, lambda)``, the numbers after k-reciprocal re-ranking under
+    ``rerank``."""
     # in double precision, as the kits compute
     features = np.asarray(features, np.float64)
     query = features_lib.pool_groups(features, split.query_groups)
     gallery = features_lib.pool_groups(features, split.gallery_groups)
     distances = metrics.distance_matrix(query, gallery, metric, tf.float64)
-    result = metrics.evaluate_ranking(
-        distances, split.query_ids, split.gallery_ids, split.query_cameras,
-        split.gallery_cameras)
+    labels = (split.query_ids, split.gallery_ids, split.query_cameras,
+              split.gallery_cameras)
+    result = metrics.evaluate_ranking(distances, *labels)
     cosine = distances if metric == "cosine" else metrics.distance_matrix(
         query, gallery, "cosine", tf.float64)
     result.update(tracker_gate(cosine, split.query_ids, split.gallery_ids))
+    del cosine
+    if rerank_parameters is not None:
+        k1, k2, lambda_value = rerank_parameters
+        reranked = metrics.evaluate_ranking(rerank.k_reciprocal(
+            query, gallery, metric, k1, k2, lambda_value), *labels)
+        result["rerank"] = {key: reranked[key] for key in RERANK_KEYS}
+        result["rerank"].update(k1=k1, k2=k2, **{"lambda": lambda_value})
     return result, distances
 
 
@@ -108,9 +121,14 @@ def tracker_gate(cosine, query_ids, gallery_ids):
 
 def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
              flip_test=False, output_json=None, rank_image=None,
-             backend="auto"):
+             backend="auto", rerank_parameters=None):
     """``--mode=test``: print and return rank-k CMC and mAP of a checkpoint
-    or an exported model."""
+    or an exported model; with ``rerank_parameters`` ``(k1, k2, lambda)``
+    also after k-reciprocal re-ranking."""
+    if rerank_parameters is not None:
+        problem = rerank.check(*rerank_parameters)
+        if problem:
+            raise UsageError(f"--rerank: {problem}")
     if output_json:
         files.check_output(output_json, RESULTS_JSON)
     if rank_image:
@@ -119,7 +137,8 @@ def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
                                           batch_size, flip_test,
                                           backend=backend)
     metric = losses.get(loss_mode).metric
-    result, distances = evaluate_split(split, features, metric)
+    result, distances = evaluate_split(split, features, metric,
+                                       rerank_parameters)
     summary = {k: v for k, v in result.items() if k != "cmc"}
     summary.update(dataset=dataset.name, checkpoint=path, metric=metric,
                    flip_test=flip_test)
@@ -135,16 +154,26 @@ def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
 
 
 def format_table(summary):
-    """The test numbers as a small text table."""
-    rows = [(k, summary[k]) for k in summary if k.startswith("rank-")]
-    rows += [("mAP", summary["mAP"]),
-             ("mAP (non-interpolated)", summary["mAP_noninterpolated"]),
-             ("mINP", summary["mINP"])]
+    """The test numbers as a small text table (re-ranked ones beside)."""
+    rerank_numbers = summary.get("rerank")
+    rows = [(k, k) for k in summary if k.startswith("rank-")]
+    rows += [("mAP", "mAP"), ("mAP (non-interpolated)", "mAP_noninterpolated"),
+             ("mINP", "mINP")]
     lines = [f"{summary['dataset']} test, {summary['num_queries']} queries, "
              f"{summary['metric']} distance"
-             f"{', flip test' if summary['flip_test'] else ''}",
-             f"{'metric':24s} {'value':>7s}", "-" * 32]
-    lines += [f"{name:24s} {100 * value:6.2f}%" for name, value in rows]
+             f"{', flip test' if summary['flip_test'] else ''}"]
+    header = f"{'metric':24s} {'value':>7s}"
+    if rerank_numbers:
+        header += f" {'re-ranked':>10s}"
+        lines[0] += (f"; re-ranked: k-reciprocal, k1={rerank_numbers['k1']}, "
+                     f"k2={rerank_numbers['k2']}, "
+                     f"lambda={rerank_numbers['lambda']}")
+    lines += [header, "-" * len(header)]
+    for name, key in rows:
+        line = f"{name:24s} {100 * summary[key]:6.2f}%"
+        if rerank_numbers:
+            line += f" {100 * rerank_numbers[key]:9.2f}%"
+        lines.append(line)
     lines += [
         "", f"Deep SORT gate: --max_cosine_distance="
         f"{summary['max_cosine_distance']:.4g} (equal error: "

@@ -36,6 +36,14 @@ K1, K2, LAMBDA = 20, 6, 0.3  # the paper's defaults
 PROGRESS_SECS = 10.0
 
 
+def check(k1, k2, lambda_value):
+    """What is wrong with the parameters, or None."""
+    if k1 < 1 or k2 < 1 or not 0.0 <= lambda_value <= 1.0:
+        return (f"k1={k1}, k2={k2}, lambda={lambda_value}: expected k1 >= 1, "
+                "k2 >= 1 and lambda in [0, 1]")
+    return None
+
+
 class _Progress:
     """One log line per stage and at most one every PROGRESS_SECS within."""
 
@@ -162,9 +170,9 @@ def k_reciprocal(query, gallery, metric, k1=K1, k2=K2, lambda_value=LAMBDA,
                  block_size=1024):
     """Re-ranked ``(Q, G)`` distances between ``query`` and ``gallery``
     features (see the module's docstring)."""
-    if k1 < 1 or k2 < 1 or not 0.0 <= lambda_value <= 1.0:
-        raise ValueError(f"k1={k1}, k2={k2}, lambda={lambda_value}: expected "
-                         "k1 >= 1, k2 >= 1 and lambda in [0, 1]")
+    problem = check(k1, k2, lambda_value)
+    if problem:
+        raise ValueError(problem)
     points = np.concatenate([np.asarray(query, np.float64),
                              np.asarray(gallery, np.float64)])
     if metric == "cosine":
@@ -181,10 +189,12 @@ def k_reciprocal(query, gallery, metric, k1=K1, k2=K2, lambda_value=LAMBDA,
     shared = _shared_weight(v[:num_query], v[num_query:].tocsc(),
                             num_points - num_query, progress)
     progress("done", num_query, num_query, force=True)
-    jaccard = 1.0 - shared / (2.0 - shared)
-    del shared
+    # (1 - lambda) * jaccard + lambda * d, in place: three Q x G matrices
+    np.divide(shared, 2.0 - shared, out=shared)  # 1 - jaccard
+    shared *= 1.0 - lambda_value
     distances = metrics.distance_matrix(query, gallery, metric, tf.float64)
     distances /= row_max[:num_query, None]
     distances *= lambda_value
-    distances += (1.0 - lambda_value) * jaccard
+    distances += 1.0 - lambda_value
+    distances -= shared
     return distances

@@ -146,6 +146,12 @@ def test_test_mode_outputs_are_checked_before_the_work(run, market_dir,
                         f"--output_json={tmp_path / 'nowhere' / 'x.json'}")
     _one_error_line(result, "does not exist")
     assert "Encoding" not in result.stderr
+    result = run_script("train_market1501.py", "--mode=test",
+                        f"--dataset_dir={market_dir}",
+                        f"--restore_path={run[1]}", "--rerank",
+                        "--rerank_lambda=1.5")
+    _one_error_line(result, "--rerank", "lambda=1.5", "lambda in [0, 1]")
+    assert "Encoding" not in result.stderr
 
     # its own outputs are replaced; a photo of the user's is not one
     out_json, ranks = tmp_path / "test.json", tmp_path / "ranks.png"

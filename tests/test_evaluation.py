@@ -15,7 +15,7 @@ from cosine_metric_learning import evaluator, kit_features, protocol, settings
 from cosine_metric_learning import training
 from cosine_metric_learning.errors import UsageError
 from tests.conftest import ENV, ROOT, small_config
-from tests.reference import gate_reference, kit_reference
+from tests.reference import gate_reference, kit_reference, rerank_reference
 from tests.reference import restored_encoder
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 from cosine_metric_learning.datasets.spec import MARS
@@ -154,7 +154,7 @@ def test_market1501_test_mode_equals_a_reference_loop(
     summary = protocol.run_test(
         MARKET, spread_checkpoint, market_dir, "cosine-softmax",
         batch_size=64, output_json=str(tmp_path / "out.json"),
-        rank_image=str(tmp_path / "ranks.png"))
+        rank_image=str(tmp_path / "ranks.png"), rerank_parameters=(20, 6, 0.3))
     split, features, _ = protocol.test_features(MARKET, spread_checkpoint,
                                                   market_dir, 64)
     _, distances = protocol.evaluate_split(split, features, "cosine")
@@ -191,6 +191,16 @@ def test_market1501_test_mode_equals_a_reference_loop(
     assert written["gate_false_reject_rate"] == pytest.approx(frr)
     image = Image.open(tmp_path / "ranks.png")
     assert image.size == (11 * 72 + 4, 8 * 136)
+    # re-ranked: the kit's protocol on the reference's re-ranked distances
+    reranked = rerank_reference(
+        features[[i for i, in query]], features[[i for i, in gallery]],
+        "cosine", 20, 6, 0.3)
+    expected = kit_reference(reranked, q_ids, g_ids, q_cams, g_cams, (1, 5))
+    for key in ("rank-1", "rank-5", "mAP", "mINP"):
+        assert written["rerank"][key] == pytest.approx(expected[key],
+                                                       abs=1e-9), key
+    assert written["rerank"]["k1"] == 20 and written["rerank"]["lambda"] == 0.3
+    assert written["rerank"]["mAP"] != pytest.approx(written["mAP"])
 
 
 def test_mars_test_mode_pools_tracklets_and_equals_a_reference_loop(

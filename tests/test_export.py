@@ -1,6 +1,7 @@
 """Exported encoders load the ways Deep SORT and users load them."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -201,9 +202,15 @@ def test_modes_write_files_and_refuse_bad_input(market_dir, trained,
     # the finalized checkpoint serves the other modes as --restore_path
     result = run_script("train_market1501.py", "--mode=test",
                         f"--dataset_dir={market_dir}",
-                        f"--restore_path={tmp_path / 'm.ckpt'}")
+                        f"--restore_path={tmp_path / 'm.ckpt'}", "--rerank")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "rank-1" in result.stdout
+    # re-ranked numbers beside the plain ones, and its progress
+    assert "re-ranked: k-reciprocal, k1=20, k2=6, lambda=0.3" in result.stdout
+    rank1 = next(l for l in result.stdout.splitlines()
+                 if l.startswith("rank-1 "))
+    assert len(rank1.split()) == 3, rank1
+    assert re.search(r"re-ranking \d+ images: done", result.stderr)
 
     bad = [(["--restore_path=/nowhere/ckpt-1"], "no such checkpoint"),
            ([f"--output={tmp_path / 'missing' / 'm.pb'}"], "does not exist")]

@@ -1,8 +1,10 @@
 """The checkpoint-polling evaluator (``--mode=eval``).
 
 It runs beside training on the CPU, evaluates each new checkpoint of a run
-on the validation identities and writes CMC and mAP to TensorBoard at the
-checkpoint's step.
+on the validation identities and writes to TensorBoard at the checkpoint's
+step: CMC, mAP and mINP, the Deep SORT gate, histograms of same- and
+different-identity cosine distances, and a ranked-retrieval picture of
+fixed validation probes.
 """
 
 import os
@@ -14,12 +16,14 @@ from absl import logging
 from tensorboard.compat.proto import event_pb2
 
 from cosine_metric_learning import checkpoints, features, losses, metrics
+from cosine_metric_learning import pictures
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.datasets import util as dataset_util
 from cosine_metric_learning.nets.deep_sort import network_definition
 
 PRECISION_TAG = "Precision@1"
+RANKED_RETRIEVAL_TAG = "validation/ranked_retrieval"
 MAX_ATTEMPTS = 3  # reads of a checkpoint before it is skipped
 
 
@@ -125,18 +129,39 @@ class _Evaluator:
         values = metrics.validation_cmc(
             features, self.ids, self.cameras,
             self.dataset.num_validation_galleries, self.metric)
+        pairs, same = metrics.pair_distances(features, self.ids)
         # the --max_cosine_distance Deep SORT should use with it
-        values["gate/max_cosine_distance"] = metrics.validation_gate(
-            features, self.ids)
+        values["gate/max_cosine_distance"] = metrics.equal_error_gate(
+            pairs, same)["threshold"]
+        picture = self.ranked_retrieval(features)
         with self.writer.as_default(step=step):
             for name, value in values.items():
                 tf.summary.scalar(name, value)
+            tf.summary.histogram("cosine_distance/same_identity", pairs[same])
+            tf.summary.histogram("cosine_distance/different_identity",
+                                 pairs[~same])
+            tf.summary.image(RANKED_RETRIEVAL_TAG, picture[None])
         self.writer.flush()
         self.done_steps.add(step)
         self.results.append((step, values))
         logging.info("step %d: %s", step, "  ".join(
             f"{k} {v:.3f}" for k, v in values.items()))
         return step
+
+    def ranked_retrieval(self, features, num_probes=8, top=10):
+        """The picture of fixed probes of the first validation gallery and
+        their ``top`` nearest gallery images, as a uint8 array."""
+        probes, gallery = metrics.single_shot_gallery(
+            self.ids, self.cameras, metrics.VALIDATION_GALLERY_SEED)
+        distances = metrics.distance_matrix(features[probes],
+                                            features[gallery], self.metric)
+        nothing = np.zeros(len(gallery), bool)
+        rows = [(self.filenames[probes[p]], [
+            (self.filenames[gallery[g]], self.ids[gallery[g]] ==
+             self.ids[probes[p]])
+            for g in pictures.nearest(distances[p], nothing, top)])
+            for p in pictures.fixed_sample(len(probes), num_probes)]
+        return np.asarray(pictures.ranked_retrieval(rows))
 
     def try_evaluate(self, path):
         """Evaluate ``path``; a checkpoint that cannot be read is tried

@@ -279,11 +279,11 @@ def equal_error_gate(distances, same, seed=0):
             "false_reject_rate": float(frr[best])}
 
 
-def validation_gate(features, ids):
-    """:func:`equal_error_gate` over the cosine distances of every pair of
-    validation images; its threshold, for the evaluator's scalars."""
+def pair_distances(features, ids):
+    """The cosine distance of every pair of rows (``i < j``) and whether
+    each pair shows one identity: the evaluator's distance histograms and
+    gate (:func:`equal_error_gate`)."""
     distances = distance_matrix(features, features, "cosine", tf.float64)
     ids = np.asarray(ids)
     upper = np.triu_indices(len(ids), k=1)
-    same = (ids[:, None] == ids[None, :])[upper]
-    return equal_error_gate(distances[upper], same)["threshold"]
+    return distances[upper], (ids[:, None] == ids[None, :])[upper]

@@ -53,8 +53,10 @@ def dtype_policy(name):
         keras.config.set_dtype_policy(previous)
 
 
-def create_model(dataset, loss_mode, mixed_precision="none"):
-    """The encoder and, if the loss mode needs it, the classifier head.
+def create_model(dataset, loss_mode, mixed_precision="none",
+                 initial_logit_scale=network_definition.ORIGINAL_LOGIT_SCALE):
+    """The encoder and, if the loss mode needs it, the classifier head
+    (its logit scale starting at ``initial_logit_scale``).
 
     With mixed precision the layers compute in bfloat16 or float16 and keep
     float32 weights; the features and the classifier stay float32.
@@ -64,7 +66,7 @@ def create_model(dataset, loss_mode, mixed_precision="none"):
         classifier = None
         if losses.get(loss_mode).needs_classifier:
             classifier = network_definition.create_classifier(
-                dataset.num_classes)
+                dataset.num_classes, initial_scale=initial_logit_scale)
         activations = network_definition.create_activation_model(encoder)
     return TrainingModel(encoder, activations, classifier)
 

@@ -11,10 +11,10 @@ import json
 import numpy as np
 import tensorflow as tf
 from absl import logging
-from PIL import Image, ImageDraw, PngImagePlugin
+from PIL import PngImagePlugin
 
 from cosine_metric_learning import backends, checkpoints, files, losses
-from cosine_metric_learning import metrics, rerank
+from cosine_metric_learning import metrics, pictures, rerank
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import features as features_lib
 from cosine_metric_learning.errors import UsageError, first_line
@@ -184,41 +184,20 @@ def format_table(summary):
     return "\n".join(lines)
 
 
-def draw_rank_image(path, split, distances, num_queries=8, top=10,
-                    seed=0, tile=(64, 128), border=4):
-    """A grid of queries and their top gallery entries (junk removed).
-
-    Each row is a query followed by its ``top`` nearest gallery entries;
-    matches are framed green and non-matches red.
-    """
-    rng = np.random.RandomState(seed)
-    chosen = np.sort(rng.choice(len(split.query_groups),
-                                min(num_queries, len(split.query_groups)),
-                                replace=False))
-    width, height = tile
-    cell_w, cell_h = width + 2 * border, height + 2 * border
-    canvas = Image.new("RGB", (cell_w * (top + 1) + border, cell_h * len(
-        chosen)), "white")
-    draw = ImageDraw.Draw(canvas)
-
-    def paste(group, col, row, color):
-        x, y = col * cell_w + (border if col else 0), row * cell_h
-        if color:
-            draw.rectangle([x, y, x + cell_w - 1, y + cell_h - 1], fill=color)
-        image = Image.open(split.filenames[group[0]]).convert("RGB")
-        canvas.paste(image.resize(tile), (x + border, y + border))
-
-    for row, q in enumerate(chosen):
-        paste(split.query_groups[q], 0, row, None)
+def draw_rank_image(path, split, distances, num_queries=8, top=10, seed=0):
+    """A PNG of fixed queries and their ``top`` nearest gallery entries
+    (junk removed), matches framed green and non-matches red."""
+    rows = []
+    for q in pictures.fixed_sample(len(split.query_groups), num_queries,
+                                   seed):
         q_id, q_cam = split.query_ids[q], split.query_cameras[q]
         junk = (split.gallery_ids == -1) | (
             (split.gallery_ids == q_id) & (split.gallery_cameras == q_cam))
-        order = [g for g in np.argsort(distances[q], kind="stable")
-                 if not junk[g]][:top]
-        for col, g in enumerate(order, start=1):
-            match = split.gallery_ids[g] == q_id
-            paste(split.gallery_groups[g], col, row,
-                  (0, 170, 0) if match else (220, 0, 0))
+        rows.append((split.filenames[split.query_groups[q][0]], [
+            (split.filenames[split.gallery_groups[g][0]],
+             split.gallery_ids[g] == q_id)
+            for g in pictures.nearest(distances[q], junk, top)]))
+    canvas = pictures.ranked_retrieval(rows)
     info = PngImagePlugin.PngInfo()
     info.add_text("Software", files.PNG_SOFTWARE)
     files.write_atomically(path, lambda f: canvas.save(

@@ -15,6 +15,7 @@ from cosine_metric_learning import distribute, image_cache, losses
 from cosine_metric_learning import queued_trainer
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.model import MIXED_PRECISION_POLICIES
+from cosine_metric_learning.nets.deep_sort import network_definition
 
 
 # checks: value -> what is expected, or None if the value is fine
@@ -99,6 +100,11 @@ class TrainConfig(RunConfig):
     images_per_id: int = setting(
         4, "Images of each identity in a training batch.", _at_least_1)
     learning_rate: float = setting(1e-3, "Adam learning rate.", _positive)
+    initial_logit_scale: float = setting(
+        network_definition.ORIGINAL_LOGIT_SCALE,
+        "cosine-softmax: the classifier's logit scale, softplus(scale), "
+        "before training; 0.6931 (softplus(0)) is the original's.",
+        _positive)
     restore_path: Optional[str] = setting(
         None, "Checkpoint (or directory) to initialise from.")
     restore_classifier: bool = setting(

@@ -134,8 +134,9 @@ class _Run:
         self.config, self.strategy, self.chief = config, strategy, chief
         self.trainer = trainer
         with strategy.scope():
-            self.model = model_lib.create_model(dataset, config.loss_mode,
-                                                config.mixed_precision)
+            self.model = model_lib.create_model(
+                dataset, config.loss_mode, config.mixed_precision,
+                config.initial_logit_scale)
             self.optimizer = model_lib.create_optimizer(
                 config.learning_rate, config.mixed_precision)
             self.optimizer.build(self.model.trainable_variables)

@@ -1,5 +1,6 @@
 """The evaluator process, --mode=test against a reference loop, export."""
 
+import io
 import os
 import subprocess
 import sys
@@ -99,6 +100,41 @@ def test_evaluator_stops_after_the_last_training_step(
         eval_interval_secs=0.1)
     results = evaluator.evaluate_checkpoints(MARKET, config)
     assert [step for step, _ in results] == [0, 3]
+
+    # beside the scalars: distance histograms and the ranked-retrieval
+    # picture of every checkpoint, read back from the event file
+    acc = event_accumulator.EventAccumulator(
+        str(tmp_path / "run"), size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    _, ids, _ = evaluator.read_validation_data(MARKET, market_dir)
+    counts = np.bincount(np.unique(ids, return_inverse=True)[1])
+    num_same = int((counts * (counts - 1) // 2).sum())
+    num_pairs = len(ids) * (len(ids) - 1) // 2
+    for tag, expected in (("cosine_distance/same_identity", num_same),
+                          ("cosine_distance/different_identity",
+                           num_pairs - num_same)):
+        events = acc.Tensors(tag)
+        assert [e.step for e in events] == [0, 3]
+        for event in events:
+            buckets = tf.make_ndarray(event.tensor_proto)  # left, right, n
+            assert buckets[:, 2].sum() == expected
+            assert buckets[:, 0].min() >= -1e-6 and buckets[:, 1].max() <= 2
+    pictures = acc.Tensors(evaluator.RANKED_RETRIEVAL_TAG)
+    assert [e.step for e in pictures] == [0, 3]
+    width, height, png = tf.make_ndarray(pictures[-1].tensor_proto)
+    image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    # up to 8 probes of the single-shot gallery (an identity with two or
+    # more images each) and up to 10 of their nearest
+    probes = (counts > 1).sum()
+    rows, top = min(8, probes), min(10, probes)
+    assert image.shape == (rows * 136, (top + 1) * 72 + 4, 3) == (
+        int(height), int(width), 3)
+    # probes unframed; each of their nearest framed green or red
+    for row in range(rows):
+        assert tuple(image[row * 136 + 1, 1]) == (255, 255, 255)
+        for col in range(1, top + 1):
+            frame = tuple(image[row * 136 + 1, col * 72 + 4 + 2])
+            assert frame in ((0, 170, 0), (220, 0, 0)), (row, col, frame)
 
 
 def _encode_reference(checkpoint, filenames):

@@ -6,6 +6,8 @@ a separate model so a checkpoint stores ``encoder`` and ``classifier`` apart
 and the classifier can be left out when fine-tuning on other identities.
 """
 
+import math
+
 import keras
 import tensorflow as tf
 
@@ -13,6 +15,9 @@ from cosine_metric_learning.nets.deep_sort import residual_net
 
 IMAGE_SHAPE = (128, 64, 3)
 FEATURE_DIM = 128
+
+# softplus(0): the original's logit scale at the start of training
+ORIGINAL_LOGIT_SCALE = math.log(2.0)
 
 # Layers whose outputs are logged as activation histograms.
 ACTIVATION_LAYERS = ("conv1_1_elu", "conv1_2_elu", "pool1", "conv2_3_add",
@@ -79,16 +84,22 @@ class CosineSoftmaxHead(keras.layers.Layer):
     scalar with L2 decay 1e-1 in slim's convention (Keras ``L2(0.05)``).
     """
 
-    def __init__(self, num_classes, **kwargs):
+    def __init__(self, num_classes, initial_scale=ORIGINAL_LOGIT_SCALE,
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_classes = int(num_classes)
+        if not initial_scale > 0:
+            raise ValueError(f"initial_scale={initial_scale}: expected > 0")
+        self.initial_scale = float(initial_scale)
 
     def build(self, input_shape):
         self.mean_vectors = self.add_weight(
             name="mean_vectors", shape=(int(input_shape[-1]), self.num_classes),
             initializer=keras.initializers.TruncatedNormal(stddev=1e-3))
         self.scale = self.add_weight(
-            name="scale", shape=(), initializer="zeros",
+            # the raw value whose softplus is initial_scale
+            name="scale", shape=(), initializer=keras.initializers.Constant(
+                math.log(math.expm1(self.initial_scale))),
             regularizer=keras.regularizers.L2(0.05))
 
     def call(self, features):
@@ -96,14 +107,17 @@ class CosineSoftmaxHead(keras.layers.Layer):
         return tf.nn.softplus(self.scale) * tf.matmul(features, mean_vectors)
 
     def get_config(self):
-        return {**super().get_config(), "num_classes": self.num_classes}
+        return {**super().get_config(), "num_classes": self.num_classes,
+                "initial_scale": self.initial_scale}
 
 
-def create_classifier(num_classes, feature_dim=FEATURE_DIM, name="classifier"):
-    """The cosine-softmax head as a model of its own: features -> logits."""
+def create_classifier(num_classes, feature_dim=FEATURE_DIM, name="classifier",
+                      initial_scale=ORIGINAL_LOGIT_SCALE):
+    """The cosine-softmax head as a model of its own: features -> logits;
+    ``initial_scale`` is softplus(scale) before training."""
     features = keras.Input(shape=(feature_dim,), name="features")
     # the normalisations and the softmax stay float32 under mixed precision
-    logits = CosineSoftmaxHead(num_classes, name="ball",
+    logits = CosineSoftmaxHead(num_classes, initial_scale, name="ball",
                                dtype="float32")(features)
     return keras.Model(features, logits, name=name)
 

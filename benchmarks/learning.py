@@ -22,6 +22,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from absl import logging
+
 from cosine_metric_learning import protocol, settings, training
 from cosine_metric_learning.datasets import synthetic
 from cosine_metric_learning.datasets.spec import MARKET1501
@@ -70,6 +72,7 @@ def main(argv=None):
     parser.add_argument("--runs", default=",".join(r[0] for r in RUNS),
                         help="comma-separated labels of the runs to make")
     args = parser.parse_args(argv)
+    logging.set_verbosity(logging.INFO)  # the runs' progress lines
     chosen = args.runs.split(",")
     unknown = set(chosen) - {r[0] for r in RUNS}
     if unknown:

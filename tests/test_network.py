@@ -84,6 +84,16 @@ def test_cosine_head_logits_match_numpy():
                                0.1 * 1.5 ** 2 / 2, rtol=1e-6)
 
 
+def test_cosine_head_starts_at_the_given_logit_scale():
+    for scale in (network_definition.ORIGINAL_LOGIT_SCALE, 10.0, 30.0):
+        head = network_definition.create_classifier(
+            7, initial_scale=scale).get_layer("ball")
+        np.testing.assert_allclose(float(tf.nn.softplus(head.scale)), scale,
+                                   rtol=1e-6)
+    original = network_definition.create_classifier(7).get_layer("ball")
+    assert float(original.scale) == 0.0  # the original's softplus(0)
+
+
 def test_batch_norm_moving_averages_update_in_training():
     encoder = _encoder()
     bn = encoder.get_layer("fc1_bn")

@@ -48,7 +48,7 @@ def _read(checkpoint, name):
 def test_each_loss_mode_trains_and_writes_checkpoint_and_summaries(
         market_dir, tmp_path, loss_mode, caplog):
     config = _config(market_dir, tmp_path, run_id=loss_mode,
-                     loss_mode=loss_mode)
+                     loss_mode=loss_mode, initial_logit_scale=5.0)
     with caplog.at_level("INFO", logger="absl"):
         result = training.train(MARKET, config)
     progress = [r.getMessage() for r in caplog.records
@@ -75,6 +75,8 @@ def test_each_loss_mode_trains_and_writes_checkpoint_and_summaries(
     cosine_tags = {"losses/cosine_softmax_loss", "accuracy", "scale"}
     if loss_mode == "cosine-softmax":
         assert cosine_tags <= set(scalars)
+        # --initial_logit_scale: softplus(scale) after one Adam step
+        assert scalars["scale"][0][1] == pytest.approx(5.0, abs=2e-3)
     else:
         assert cosine_tags.isdisjoint(scalars)
     # summaries at the first and the last step; total = chosen + weight
@@ -184,6 +186,8 @@ def test_bad_settings_are_rejected_before_training(market_dir, tmp_path):
         (dict(queue_capacity=8), "--queue_capacity=8: expected at least "
                                  "--batch_size=16"),
         (dict(loss_mode="arcface"), "--loss_mode=arcface: expected one of"),
+        (dict(initial_logit_scale=0.0),
+         r"--initial_logit_scale=0.0: expected a number > 0"),
         (dict(batch_size=256, queue_capacity=512), "too few identities: 36"),
     ]
     for kwargs, message in cases:

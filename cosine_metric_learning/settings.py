@@ -101,10 +101,10 @@ class TrainConfig(RunConfig):
         4, "Images of each identity in a training batch.", _at_least_1)
     learning_rate: float = setting(1e-3, "Adam learning rate.", _positive)
     initial_logit_scale: float = setting(
-        network_definition.ORIGINAL_LOGIT_SCALE,
+        network_definition.DEFAULT_LOGIT_SCALE,
         "cosine-softmax: the classifier's logit scale, softplus(scale), "
-        "before training; 0.6931 (softplus(0)) is the original's.",
-        _positive)
+        "before training; 0.6931 (softplus(0)) is the original's, which "
+        "learns little in the first thousands of steps.", _positive)
     restore_path: Optional[str] = setting(
         None, "Checkpoint (or directory) to initialise from.")
     restore_classifier: bool = setting(

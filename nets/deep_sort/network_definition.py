@@ -18,6 +18,11 @@ FEATURE_DIM = 128
 
 # softplus(0): the original's logit scale at the start of training
 ORIGINAL_LOGIT_SCALE = math.log(2.0)
+# training's default start: about the smallest scale at which a softmax over
+# 1,502 classes can give the true class 0.9 (NormFace, Wang et al. 2017:
+# s >= (C - 1) / C * log((C - 1) * 0.9 / 0.1) = 9.5); at 0.69 it cannot
+# exceed 0.003, and Adam raises the scale by about the learning rate a step
+DEFAULT_LOGIT_SCALE = 10.0
 
 # Layers whose outputs are logged as activation histograms.
 ACTIVATION_LAYERS = ("conv1_1_elu", "conv1_2_elu", "pool1", "conv2_3_add",

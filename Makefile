@@ -4,6 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?= demo
 DEMO_STEPS ?= 400
+# the paper's loss; `make demo DEMO_LOSS=triplet` trains the triplet loss
+DEMO_LOSS ?= cosine-softmax
 # test files run in this many processes (each takes a few GB of memory)
 TEST_WORKERS ?= 2
 
@@ -30,13 +32,13 @@ demo: install
 		--output_dir=$(DEMO_DIR)/Market-1501-synthetic
 	CUDA_VISIBLE_DEVICES="" $(PY) train_market1501.py --mode=eval \
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
-		--log_dir=$(DEMO_DIR)/output --run_id=triplet --loss_mode=triplet \
+		--log_dir=$(DEMO_DIR)/output --run_id=$(DEMO_LOSS) --loss_mode=$(DEMO_LOSS) \
 		--eval_log_dir=$(DEMO_DIR)/eval --eval_interval_secs=5 \
 		--number_of_steps=$(DEMO_STEPS) --eval_timeout_secs=900 \
 		> $(DEMO_DIR)/eval.log 2>&1 & evaluator=$$!; \
 	$(PY) train_market1501.py --dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
-		--log_dir=$(DEMO_DIR)/output --run_id=triplet \
-		--loss_mode=triplet --batch_size=32 \
+		--log_dir=$(DEMO_DIR)/output --run_id=$(DEMO_LOSS) \
+		--loss_mode=$(DEMO_LOSS) --batch_size=32 \
 		--number_of_steps=$(DEMO_STEPS) --save_interval_secs=60 \
 		--save_summaries_secs=20 || { kill $$evaluator; exit 1; }; \
 	wait $$evaluator
@@ -44,31 +46,31 @@ demo: install
 	@echo "Validation CMC of every checkpoint (evaluator log $(DEMO_DIR)/eval.log):"
 	@grep -o "step [0-9]*: .*" $(DEMO_DIR)/eval.log
 	@echo
-	$(PY) train_market1501.py --mode=test --loss_mode=triplet \
+	$(PY) train_market1501.py --mode=test --loss_mode=$(DEMO_LOSS) \
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
-		--restore_path=$(DEMO_DIR)/output/triplet \
+		--restore_path=$(DEMO_DIR)/output/$(DEMO_LOSS) \
 		--output_json=$(DEMO_DIR)/test.json --rank_image=$(DEMO_DIR)/ranks.png
 	$(PY) train_market1501.py --mode=freeze \
-		--restore_path=$(DEMO_DIR)/output/triplet \
+		--restore_path=$(DEMO_DIR)/output/$(DEMO_LOSS) \
 		--output=$(DEMO_DIR)/market1501.pb
 	$(PY) examples/box_encoder.py --model=$(DEMO_DIR)/market1501.pb \
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic
 	$(PY) train_market1501.py --mode=onnx \
-		--restore_path=$(DEMO_DIR)/output/triplet \
+		--restore_path=$(DEMO_DIR)/output/$(DEMO_LOSS) \
 		--output=$(DEMO_DIR)/market1501.onnx
 	$(PY) train_market1501.py --mode=openvino --int8 \
-		--restore_path=$(DEMO_DIR)/output/triplet \
+		--restore_path=$(DEMO_DIR)/output/$(DEMO_LOSS) \
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
 		--output=$(DEMO_DIR)/market1501_int8.xml
 	@echo
 	@echo "The int8 model, measured with the same protocol (float above):"
-	$(PY) train_market1501.py --mode=test --loss_mode=triplet \
+	$(PY) train_market1501.py --mode=test --loss_mode=$(DEMO_LOSS) \
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
 		--restore_path=$(DEMO_DIR)/market1501_int8.xml \
 		--output_json=$(DEMO_DIR)/test_int8.json
 	@echo
 	@echo "Synthetic dataset:  $(DEMO_DIR)/Market-1501-synthetic"
-	@echo "Checkpoints:        $(DEMO_DIR)/output/triplet/"
+	@echo "Checkpoints:        $(DEMO_DIR)/output/$(DEMO_LOSS)/"
 	@echo "Test numbers:       $(DEMO_DIR)/test.json"
 	@echo "Ranked retrieval:   $(DEMO_DIR)/ranks.png"
 	@echo "Deep SORT encoder:  $(DEMO_DIR)/market1501.pb"

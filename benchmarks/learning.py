@@ -34,7 +34,7 @@ RUNS = (
     ("triplet", "triplet", None),
     ("magnet", "magnet", None),
     ("cosine-softmax", "cosine-softmax", None),
-    ("cosine-softmax, original start", "cosine-softmax",
+    ("cosine-softmax (original start)", "cosine-softmax",
      network_definition.ORIGINAL_LOGIT_SCALE),
 )
 
@@ -48,7 +48,7 @@ def train_and_test(dataset_dir, log_dir, label, loss_mode, scale, args):
         values["initial_logit_scale"] = scale
     config = settings.TrainConfig(
         dataset_dir=dataset_dir, log_dir=log_dir,
-        run_id=label.replace(" ", "").replace(",", "_"), **values)
+        run_id=label.split()[0] + ("-original" if scale else ""), **values)
     start = time.perf_counter()
     training.train(MARKET1501, config)
     seconds = time.perf_counter() - start

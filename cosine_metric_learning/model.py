@@ -54,7 +54,7 @@ def dtype_policy(name):
 
 
 def create_model(dataset, loss_mode, mixed_precision="none",
-                 initial_logit_scale=network_definition.ORIGINAL_LOGIT_SCALE):
+                 initial_logit_scale=network_definition.DEFAULT_LOGIT_SCALE):
     """The encoder and, if the loss mode needs it, the classifier head
     (its logit scale starting at ``initial_logit_scale``).
 

@@ -13,6 +13,7 @@ tf.config.set_logical_device_configuration(
 from cosine_metric_learning import distribute, settings, training
 from cosine_metric_learning import model as model_lib
 from cosine_metric_learning.datasets.spec import MARKET1501 as DATASET
+from cosine_metric_learning.nets.deep_sort import network_definition
 
 part, market_dir, log_dir = sys.argv[1:4]
 report = {}
@@ -28,7 +29,11 @@ for name in (("mirrored", "none") if part == "step" else ()):
     strategy = distribute.create_strategy(
         name, "/cpu:0,/cpu:1" if name == "mirrored" else None)
     with strategy.scope():
-        model = model_lib.create_model(DATASET, "cosine-softmax")
+        # the original's small logit scale: a large one multiplies the
+        # per-replica batch-norm differences in the loss
+        model = model_lib.create_model(
+            DATASET, "cosine-softmax",
+            initial_logit_scale=network_definition.ORIGINAL_LOGIT_SCALE)
         optimizer = model_lib.create_optimizer(1e-3)
         optimizer.build(model.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, aggregation=

@@ -83,6 +83,7 @@ benchmark: install
 	$(PY) benchmarks/metrics.py
 	$(PY) benchmarks/encoder.py
 	$(PY) benchmarks/mixed_precision.py
+	$(PY) benchmarks/learning.py
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache

@@ -192,7 +192,7 @@ def _openvino(path, flag, config):
     output = compiled.output(0)
     feature_dim = int(output.get_partial_shape()[-1].get_length())
     if str(config.get("PERFORMANCE_HINT", "")).upper() == "THROUGHPUT":
-        run = _openvino_streams(ov, compiled)
+        run = _openvino_streams(compiled)
     else:
         request = compiled.create_infer_request()
 
@@ -202,24 +202,25 @@ def _openvino(path, flag, config):
     return Backend(run, shape, feature_dim, OPENVINO, compiled)
 
 
-def _openvino_streams(ov, compiled):
+def _openvino_streams(compiled):
     """Run a batch as parts on all of the compiled model's streams at once
-    (the THROUGHPUT hint makes several; one request would use one)."""
+    (the THROUGHPUT hint makes several; one request would use one).
+
+    Plain infer requests, started and waited for here: no Python callback
+    runs on OpenVINO's threads, which would need the GIL while the
+    compiled model's destructor, holding it, waits for those threads.
+    """
     jobs = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
-    queue = ov.AsyncInferQueue(compiled, jobs)
-    results = {}
-
-    def done(request, index):
-        results[index] = request.get_output_tensor(0).data.copy()
-
-    queue.set_callback(done)
+    requests = [compiled.create_infer_request() for _ in range(jobs)]
 
     def run(images):
         parts = np.array_split(images, min(jobs, len(images)))
-        results.clear()
-        for index, part in enumerate(parts):
-            queue.start_async({0: np.ascontiguousarray(part)}, index)
-        queue.wait_all()
-        return np.concatenate([results[i] for i in range(len(parts))])
+        for request, part in zip(requests, parts):
+            request.start_async({0: np.ascontiguousarray(part)})
+        results = []
+        for request, _ in zip(requests, parts):
+            request.wait()
+            results.append(request.get_output_tensor(0).data.copy())
+        return np.concatenate(results)
 
     return run

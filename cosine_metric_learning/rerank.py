@@ -72,22 +72,27 @@ def _pair_distances(points, rows, columns, metric):
     return out
 
 
-def _neighbours(points, metric, k, block_size, progress):
+def _neighbours(points, num_query, metric, k, block_size, progress):
     """Each point's ``k`` nearest (itself included, ties to the lower
-    index) and the largest distance of its row."""
+    index), the largest distance of its row, and the query-gallery
+    distances (kept from the same blocks)."""
     num_points = len(points)
     nearest = np.empty((num_points, k), np.int64)
     row_max = np.empty(num_points)
+    query_gallery = np.empty((num_query, num_points - num_query))
     for start in range(0, num_points, block_size):
         rows = slice(start, start + block_size)
         distances = metrics.distance_matrix(points[rows], points, metric,
                                             tf.float64)
+        if start < num_query:
+            query_gallery[start:start + block_size] = distances[
+                :num_query - start, num_query:]
         row_max[rows] = np.maximum(distances.max(axis=1), 1e-12)
         # top_k puts the lower index first among equal values
         nearest[rows] = tf.math.top_k(-distances, k=k).indices.numpy()
         progress("nearest neighbours", min(start + block_size, num_points),
                  num_points)
-    return nearest, row_max
+    return nearest, row_max, query_gallery
 
 
 def _reciprocal(nearest, k):
@@ -183,7 +188,8 @@ def k_reciprocal(query, gallery, metric, k1=K1, k2=K2, lambda_value=LAMBDA,
     k = min(max(k1 + 1, k2), num_points)
     k2 = min(k2, k)
     progress = _Progress(num_points)
-    nearest, row_max = _neighbours(points, metric, k, block_size, progress)
+    nearest, row_max, distances = _neighbours(points, num_query, metric, k,
+                                              block_size, progress)
     progress("neighbour weights", 0, num_points, force=True)
     v = _weights(points, metric, nearest, row_max, k1, k2)
     shared = _shared_weight(v[:num_query], v[num_query:].tocsc(),
@@ -192,7 +198,6 @@ def k_reciprocal(query, gallery, metric, k1=K1, k2=K2, lambda_value=LAMBDA,
     # (1 - lambda) * jaccard + lambda * d, in place: three Q x G matrices
     np.divide(shared, 2.0 - shared, out=shared)  # 1 - jaccard
     shared *= 1.0 - lambda_value
-    distances = metrics.distance_matrix(query, gallery, metric, tf.float64)
     distances /= row_max[:num_query, None]
     distances *= lambda_value
     distances += 1.0 - lambda_value

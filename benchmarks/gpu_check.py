@@ -154,11 +154,14 @@ def main(argv=None):
             rows.append((f"producer capacity, {threads} threads",
                          f"{rate:.0f} images/s"))
     if _device_type(device) == "GPU":
-        peak = tf.config.experimental.get_memory_info(device)["peak"]
+        spec = tf.DeviceSpec.from_string(device)  # "GPU:0", as it asks
+        peak = tf.config.experimental.get_memory_info(
+            f"GPU:{spec.device_index or 0}")["peak"]
         rows.append(("peak device memory", f"{peak / 2**30:.2f} GiB"))
     print(f"\n{device}, batch {batch}, TensorFlow {tf.__version__}")
+    width = max(len(name) for name, _ in rows)
     for name, value in rows:
-        print(f"{name:46s} {value}")
+        print(f"{name:{width}s}  {value}")
     return 0
 
 

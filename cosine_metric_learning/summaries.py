@@ -6,6 +6,11 @@ from absl import logging
 
 from cosine_metric_learning import losses
 
+# warn when more than this fraction of an interval's steps waited for input
+STARVED_WARNING = 0.1
+# ... and the interval had at least this many steps
+STARVED_MIN_STEPS = 10
+
 
 def write_summaries(writer, step, result, scalars, conv1_1_kernel):
     """Write the step's and the loop's scalars, input images, filters and
@@ -40,3 +45,19 @@ def log_progress(config, step, scalars, steps_per_second, queue_fill,
         config.loss_mode, chosen, scalars["losses/weight_loss"], extra,
         steps_per_second, steps_per_second * config.batch_size,
         100.0 * queue_fill, 100.0 * input_wait)
+
+
+def starvation_warning(feed_scalars, steps):
+    """The warning line for an interval in which more than
+    ``STARVED_WARNING`` of the steps waited for input, else None;
+    ``feed_scalars, steps`` are what
+    :meth:`queued_trainer.InputMonitor.interval` returns."""
+    starved = feed_scalars["queue/starved_fraction"]
+    if starved <= STARVED_WARNING or steps < STARVED_MIN_STEPS:
+        return None
+    return (f"{100 * starved:.0f}% of the last {steps} steps waited for "
+            f"input ({100 * feed_scalars['queue/input_wait_fraction']:.0f}% "
+            "of the time): the producers enqueue "
+            f"{feed_scalars['queue/enqueue_images_per_second']:.0f} images/s;"
+            " more --num_enqueue_threads or --cache_images would feed the "
+            "step faster")

@@ -244,15 +244,9 @@ class _Run:
         feed_scalars, feed_steps = feed
         summaries.log_progress(config, current, scalars, rate, queue_fill,
                                feed_scalars["queue/input_wait_fraction"])
-        starved = feed_scalars["queue/starved_fraction"]
-        if starved > STARVED_WARNING and feed_steps >= 10:
-            logging.warning(
-                "%.0f%% of the last %d steps waited for input (%.0f%% of "
-                "the time): the producers enqueue %.0f images/s; more "
-                "--num_enqueue_threads or --cache_images would feed the "
-                "step faster", 100 * starved, feed_steps,
-                100 * feed_scalars["queue/input_wait_fraction"],
-                feed_scalars["queue/enqueue_images_per_second"])
+        warning = summaries.starvation_warning(feed_scalars, feed_steps)
+        if warning:
+            logging.warning(warning)
         if summary:
             summaries.write_summaries(self.writer, current, result, {
                 "learning_rate": config.learning_rate,
@@ -265,10 +259,6 @@ class _Run:
         self.writer.close()
         if not self.chief:
             shutil.rmtree(self.save_dir, ignore_errors=True)
-
-
-# warn when more than this fraction of an interval's steps waited for input
-STARVED_WARNING = 0.1
 
 
 def _loop(run, stop):

@@ -2,6 +2,7 @@
 
 import collections
 import os
+import re
 import threading
 import time
 
@@ -10,7 +11,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from cosine_metric_learning import queued_trainer, sampling
+from cosine_metric_learning import queued_trainer, sampling, summaries
 from cosine_metric_learning.errors import UsageError
 from tests.conftest import run_script
 
@@ -261,6 +262,7 @@ def test_monitor_sees_no_starvation_when_producers_outpace_the_step():
     assert scalars["queue/starved_fraction"] == 0.0
     assert scalars["queue/input_wait_fraction"] == 0.0
     assert scalars["queue/enqueue_images_per_second"] > 0
+    assert summaries.starvation_warning(scalars, steps) is None
 
 
 def test_monitor_counts_steps_that_wait_for_a_slow_producer():
@@ -277,6 +279,15 @@ def test_monitor_counts_steps_that_wait_for_a_slow_producer():
     assert scalars["queue/input_wait_fraction"] > 0.5
     # one 4-image batch per 0.05 s or slower: at most 80 images/s
     assert 0 < scalars["queue/enqueue_images_per_second"] <= 100
+    warning = summaries.starvation_warning(scalars, steps)
+    assert re.fullmatch(
+        r"\d+% of the last 14 steps waited for input \(\d+% of the time\): "
+        r"the producers enqueue \d+ images/s; more --num_enqueue_threads or "
+        r"--cache_images would feed the step faster", warning), warning
+    assert int(warning.split("%")[0]) == round(
+        100 * scalars["queue/starved_fraction"])
+    # an interval of a few steps says nothing yet
+    assert summaries.starvation_warning(scalars, 9) is None
 
 
 def test_producers_are_placed_on_the_cpu_beside_the_queue():

@@ -50,10 +50,14 @@ EXPORTERS = {
     Mode.SAVED_MODEL: (export.write_saved_model, lambda output:
                        files.check_output(output, export.SAVED_MODEL),
                        "{name}_saved_model"),
-    Mode.ONNX: (deploy.write_onnx, deploy.check_onnx_output, "{name}.onnx"),
+    Mode.ONNX: (deploy.write_onnx, deploy.check_onnx_output,
+                "{name}{int8}.onnx"),
     Mode.OPENVINO: (deploy.write_openvino, deploy.check_openvino_output,
                     "{name}{int8}.xml"),
 }
+
+# the modes that take --int8, and the package that quantises
+INT8_QUANTISERS = {Mode.ONNX: "onnxruntime", Mode.OPENVINO: "nncf"}
 
 
 def _define(field, default):
@@ -128,12 +132,15 @@ def define_flags(dataset):
         "saved_model: the folder (default <dataset>_saved_model); onnx: the "
         ".onnx file (default <dataset>.onnx); openvino: the .xml file, the "
         ".bin goes beside it (default <dataset>.xml, <dataset>_int8.xml).")
-    flags.DEFINE_boolean("int8", False, "openvino: quantise to int8 (NNCF), "
-                         "calibrated on training images of --dataset_dir.")
+    flags.DEFINE_boolean("int8", False, "onnx, openvino: quantise to int8 "
+                         "(ONNX Runtime's static quantisation, NNCF), "
+                         "calibrated on training images of --dataset_dir "
+                         "(default output <dataset>_int8.onnx, "
+                         "<dataset>_int8.xml).")
     flags.DEFINE_integer("calibration_images",
                          deploy.DEFAULT_CALIBRATION_IMAGES,
-                         "openvino --int8: how many training images to "
-                         "calibrate on (spread evenly over the set).")
+                         "--int8: how many training images to calibrate on "
+                         "(spread evenly over the set).")
 
 
 def config_from_flags(config_class):
@@ -200,15 +207,16 @@ def _export_kit_features(dataset):
 
 def _export_model(dataset):
     write, check, default = EXPORTERS[FLAGS.mode]
-    if FLAGS.int8 and FLAGS.mode is not Mode.OPENVINO:
+    if FLAGS.int8 and FLAGS.mode not in INT8_QUANTISERS:
         raise UsageError(f"--int8 with --mode={FLAGS.mode.value}: int8 "
-                         "models are written by --mode=openvino")
+                         "models are written by --mode=onnx and "
+                         "--mode=openvino")
     output = FLAGS.output or default.format(
         name=dataset.name, int8="_int8" if FLAGS.int8 else "")
     check(output)  # before the work: a bad path fails at once
     options = {}
     if FLAGS.int8:
-        deploy.require("nncf", "--int8")
+        deploy.require(INT8_QUANTISERS[FLAGS.mode], "--int8")
         options["calibration"] = deploy.calibration_patches(
             dataset.read_train(FLAGS.dataset_dir).filenames,
             FLAGS.calibration_images, dataset.image_shape)

@@ -139,40 +139,46 @@ def test_a_tracker_follows_people_with_the_embedder(exports, market_dir):
 
 @pytest.fixture(scope="module")
 def cli_exports(trained, market_dir, tmp_path_factory):
-    """``--mode=onnx`` and ``--mode=openvino --int8`` of the trained
-    checkpoint, written by the entry point."""
+    """``--mode=onnx``, ``--mode=onnx --int8`` and ``--mode=openvino
+    --int8`` of the trained checkpoint, written by the entry point."""
     checkpoint, _ = trained
     directory = tmp_path_factory.mktemp("cli")
-    for mode, output, extra in (
-            ("onnx", "m.onnx", []),
-            ("openvino", "m_int8.xml", ["--int8", "--calibration_images=100",
-                                        f"--dataset_dir={market_dir}"])):
+    int8 = ["--int8", "--calibration_images=100", f"--dataset_dir={market_dir}"]
+    outputs = []
+    for mode, output, extra in (("onnx", "m.onnx", []),
+                                ("onnx", "m_int8.onnx", int8),
+                                ("openvino", "m_int8.xml", int8)):
         result = run_script("train_market1501.py", f"--mode={mode}",
                             f"--restore_path={checkpoint}",
                             f"--output={directory / output}", *extra)
         assert result.returncode == 0, result.stderr[-2000:]
         assert f"wrote {directory / output}" in result.stdout
-    assert "Calibrating int8 on 100 training images" in result.stderr
-    return str(directory / "m.onnx"), str(directory / "m_int8.xml")
+        assert ("Calibrating int8 on 100 training images" in result.stderr) \
+            == bool(extra)
+        outputs.append(str(directory / output))
+    return outputs
 
 
 def test_int8_is_close_to_float32(exports, cli_exports, market_dir):
-    int8 = cli_exports[1]
+    _, int8_onnx, int8_xml = cli_exports
     held_out = _crops(os.path.join(market_dir, "query"), 32, seed=2)
-    quantised = encoder_lib.load(int8)(held_out)
     floats = encoder_lib.load(exports[1])(held_out)
-    cosine = np.sum(quantised * floats, axis=1) / np.linalg.norm(
-        quantised, axis=1) / np.linalg.norm(floats, axis=1)
-    assert cosine.min() >= 0.99, cosine
-    # int8 weights: the file is far smaller than the float32 one
-    assert os.path.getsize(int8[:-4] + ".bin") < 0.5 * os.path.getsize(
+    for model, backend in ((int8_xml, "auto"), (int8_onnx, "auto"),
+                           (int8_onnx, "openvino")):
+        quantised = encoder_lib.load(model, backend=backend)(held_out)
+        cosine = np.sum(quantised * floats, axis=1) / np.linalg.norm(
+            quantised, axis=1) / np.linalg.norm(floats, axis=1)
+        assert cosine.min() >= 0.99, (model, backend, cosine)
+    # int8 weights: the files are far smaller than the float32 ones
+    assert os.path.getsize(int8_xml[:-4] + ".bin") < 0.5 * os.path.getsize(
         exports[1][:-4] + ".bin")
+    assert os.path.getsize(int8_onnx) < 0.5 * os.path.getsize(exports[0])
 
 
 def test_test_mode_measures_the_exported_models(trained, cli_exports,
                                                 market_dir):
     checkpoint, _ = trained
-    onnx, int8 = cli_exports
+    onnx, int8_onnx, int8 = cli_exports
     # in this process: the entry point passes --restore_path and --backend
     # to run_test
     numbers = {name: protocol.run_test(MARKET, model, market_dir, "triplet",
@@ -181,13 +187,21 @@ def test_test_mode_measures_the_exported_models(trained, cli_exports,
                    ("checkpoint", checkpoint, "auto"),
                    ("onnx", onnx, "auto"),
                    ("onnx on openvino", onnx, "openvino"),
-                   ("int8", int8, "auto"))}
+                   ("int8", int8, "auto"),
+                   ("int8 onnx", int8_onnx, "auto"))}
     for name in ("onnx", "onnx on openvino"):
         for key in ("rank-1", "rank-5", "mAP"):
             assert numbers[name][key] == pytest.approx(
                 numbers["checkpoint"][key], abs=1e-6), (name, key)
-    for key in ("rank-1", "mAP"):
-        assert abs(numbers["int8"][key] - numbers["checkpoint"][key]) <= 0.02
+    # int8: at most one query changes its first match, mAP within 3 points
+    # (20 queries, and this network's margins are small; on the demo's
+    # trained model both int8 models are within 2 points: make demo)
+    one_query = 1 / numbers["checkpoint"]["num_queries"]
+    for name in ("int8", "int8 onnx"):
+        assert abs(numbers[name]["rank-1"] - numbers["checkpoint"]["rank-1"]) \
+            <= one_query + 1e-9, (name, numbers[name], numbers["checkpoint"])
+        assert abs(numbers[name]["mAP"] - numbers["checkpoint"]["mAP"]) \
+            <= 0.03, (name, numbers[name], numbers["checkpoint"])
     assert numbers["checkpoint"]["rank-1"] > 0.2  # far from chance (0.1)
 
 
@@ -211,6 +225,7 @@ def test_a_missing_extra_is_one_line_naming_it(monkeypatch, tmp_path):
             ("tf2onnx", lambda: deploy.check_onnx_output("m.onnx")),
             ("openvino", lambda: deploy.check_openvino_output("m.xml")),
             ("nncf", lambda: deploy.quantize(None, [])),
+            ("onnxruntime", lambda: deploy.quantize_onnx(None, [])),
             ("onnxruntime", lambda: encoder_lib.load("m.onnx")),
             ("openvino", lambda: encoder_lib.load("m.xml"))):
         with monkeypatch.context() as patch:
@@ -288,9 +303,11 @@ def test_deploy_exports_never_replace_other_files(trained, exports,
     deploy.write_openvino(trained[1], str(tmp_path / "own.xml"), (128, 64, 3))
     assert sorted(os.listdir(tmp_path)) == ["m.bin", "notes.xml", "own.bin",
                                             "own.xml"]
-    # the modes check before loading the checkpoint; --int8 is OpenVINO's
+    # the modes check before loading the checkpoint; --int8 is for ONNX and
+    # OpenVINO
     checkpoint, _ = trained
     line = _error_line(run_script(
-        "train_market1501.py", "--mode=onnx", "--int8",
-        f"--restore_path={checkpoint}", f"--output={tmp_path / 'q.onnx'}"))
-    assert "--mode=openvino" in line
+        "train_market1501.py", "--mode=saved_model", "--int8",
+        f"--restore_path={checkpoint}", f"--output={tmp_path / 'sm'}"))
+    assert line.endswith("--int8 with --mode=saved_model: int8 models are "
+                         "written by --mode=onnx and --mode=openvino"), line

@@ -58,23 +58,30 @@ demo: install
 	$(PY) train_market1501.py --mode=onnx \
 		--restore_path=$(DEMO_DIR)/output/$(DEMO_LOSS) \
 		--output=$(DEMO_DIR)/market1501.onnx
+	$(PY) train_market1501.py --mode=onnx --int8 \
+		--restore_path=$(DEMO_DIR)/output/$(DEMO_LOSS) \
+		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
+		--output=$(DEMO_DIR)/market1501_int8.onnx
 	$(PY) train_market1501.py --mode=openvino --int8 \
 		--restore_path=$(DEMO_DIR)/output/$(DEMO_LOSS) \
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
 		--output=$(DEMO_DIR)/market1501_int8.xml
 	@echo
-	@echo "The int8 model, measured with the same protocol (float above):"
-	$(PY) train_market1501.py --mode=test --loss_mode=$(DEMO_LOSS) \
-		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
-		--restore_path=$(DEMO_DIR)/market1501_int8.xml \
-		--output_json=$(DEMO_DIR)/test_int8.json
+	@echo "The int8 models, measured with the same protocol (float above):"
+	for extension in onnx xml; do \
+		$(PY) train_market1501.py --mode=test --loss_mode=$(DEMO_LOSS) \
+			--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
+			--restore_path=$(DEMO_DIR)/market1501_int8.$$extension \
+			--output_json=$(DEMO_DIR)/test_int8_$$extension.json || exit 1; \
+	done
 	@echo
 	@echo "Synthetic dataset:  $(DEMO_DIR)/Market-1501-synthetic"
 	@echo "Checkpoints:        $(DEMO_DIR)/output/$(DEMO_LOSS)/"
 	@echo "Test numbers:       $(DEMO_DIR)/test.json"
 	@echo "Ranked retrieval:   $(DEMO_DIR)/ranks.png"
 	@echo "Deep SORT encoder:  $(DEMO_DIR)/market1501.pb"
-	@echo "ONNX, OpenVINO int8: $(DEMO_DIR)/market1501.onnx, $(DEMO_DIR)/market1501_int8.xml"
+	@echo "ONNX:               $(DEMO_DIR)/market1501.onnx"
+	@echo "int8 (ONNX, OpenVINO): $(DEMO_DIR)/market1501_int8.onnx, $(DEMO_DIR)/market1501_int8.xml"
 	@echo "TensorBoard:        $(VENV)/bin/tensorboard --logdir_spec train:$(DEMO_DIR)/output,eval:$(DEMO_DIR)/eval"
 	@echo "In Deep SORT:       python tools/generate_detections.py --model=$(abspath $(DEMO_DIR))/market1501.pb --mot_dir=./MOT16/train --output_dir=./resources/detections/MOT16_train"
 

@@ -2,9 +2,11 @@
 
 Patches per second at batch 32 (Deep SORT's) and batch 1 for the frozen
 Deep SORT graph run in a ``tf.compat.v1.Session`` (as the tracker runs it:
-the baseline), the SavedModel, the ONNX model on ONNX Runtime, and the
-OpenVINO IR in float32 (latency and throughput hints), int8 (NNCF,
-calibrated on training images) and bfloat16 where the processor has it.
+the baseline), the SavedModel, the ONNX model on ONNX Runtime in float32
+and int8, and the OpenVINO IR in float32 (latency and throughput hints),
+int8 (NNCF; and the int8 ONNX model read by OpenVINO) and bfloat16 where
+the processor has it (both int8 models calibrated on the same training
+images).
 Rounds alternate between the methods; medians are printed with the ratio
 to the frozen graph and the smallest cosine of each method's features to
 the Keras encoder's on real crops of the test split::
@@ -78,12 +80,15 @@ def _methods(encoder, tmp, dataset_dir, calibration_images):
         SHAPE)
     int8 = deploy.write_openvino(encoder, os.path.join(tmp, "q.xml"), SHAPE,
                                  calibration=calibration)
+    onnx_int8 = deploy.write_onnx(encoder, os.path.join(tmp, "q.onnx"),
+                                  SHAPE, calibration=calibration)
     f32 = {"INFERENCE_PRECISION_HINT": "f32"}
     latency, throughput = ({"PERFORMANCE_HINT": "LATENCY"},
                            {"PERFORMANCE_HINT": "THROUGHPUT"})
     loaders = {
         "TF SavedModel": lambda: encoder_lib.load(saved),
         "ONNX Runtime": lambda: encoder_lib.load(onnx),
+        "ONNX Runtime int8": lambda: encoder_lib.load(onnx_int8),
         "OpenVINO float32, latency hint": lambda: encoder_lib.load(
             xml, openvino_config={**f32, **latency}),
         "OpenVINO float32, throughput hint": lambda: encoder_lib.load(
@@ -92,6 +97,9 @@ def _methods(encoder, tmp, dataset_dir, calibration_images):
             int8, openvino_config=latency),
         "OpenVINO int8, throughput hint": lambda: encoder_lib.load(
             int8, openvino_config=throughput),
+        "OpenVINO int8 of the int8 ONNX, latency hint": lambda:
+            encoder_lib.load(onnx_int8, backend="openvino",
+                             openvino_config=latency),
     }
     import openvino
     if "BF16" in openvino.Core().get_property("CPU",
@@ -148,10 +156,12 @@ def main(argv=None):
     print(f"\n{os.cpu_count()} CPU cores, TensorFlow {tf.__version__}, median "
           f"of {args.rounds} rounds of {args.seconds:g} s, "
           f"{'trained' if args.restore_path else 'random'} weights")
-    print(f"{'':36s} {'batch 32':>9s} {'batch 1':>9s}  {'x frozen graph':>15s}"
-          f"  {'min cosine to Keras':>19s}")
+    width = max(map(len, methods))
+    print(f"{'':{width}s} {'batch 32':>9s} {'batch 1':>9s}  "
+          f"{'x frozen graph':>15s}  {'min cosine to Keras':>19s}")
     for name in methods:
-        print(f"{name:36s} {results[32][name]:9.1f} {results[1][name]:9.1f}"
+        print(f"{name:{width}s} {results[32][name]:9.1f} "
+              f"{results[1][name]:9.1f}"
               f"  {results[32][name] / results[32][BASELINE]:6.2f} / "
               f"{results[1][name] / results[1][BASELINE]:5.2f}"
               f"  {cosines[name]:19.5f}")

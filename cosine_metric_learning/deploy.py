@@ -131,8 +131,8 @@ def quantize_onnx(model, calibration):
     with ONNX Runtime's static quantisation.
 
     QDQ format (QuantizeLinear/DequantizeLinear pairs around float
-    operators), which ONNX Runtime runs as int8 kernels and TensorRT and
-    OpenVINO read as well; int8 weights per output channel in 7 bits
+    operators), which ONNX Runtime runs as int8 kernels and OpenVINO reads
+    as well; int8 weights per output channel in 7 bits
     (``reduce_range``: the int16 sums of processors without VNNI cannot
     saturate), uint8 activations with ranges from the patches (min/max).
     """

@@ -143,7 +143,8 @@ def cli_exports(trained, market_dir, tmp_path_factory):
     --int8`` of the trained checkpoint, written by the entry point."""
     checkpoint, _ = trained
     directory = tmp_path_factory.mktemp("cli")
-    int8 = ["--int8", "--calibration_images=100", f"--dataset_dir={market_dir}"]
+    int8 = ["--int8", "--calibration_images=100",
+            f"--dataset_dir={market_dir}"]
     outputs = []
     for mode, output, extra in (("onnx", "m.onnx", []),
                                 ("onnx", "m_int8.onnx", int8),

@@ -246,7 +246,7 @@ class _Run:
                                feed_scalars["queue/input_wait_fraction"])
         warning = summaries.starvation_warning(feed_scalars, feed_steps)
         if warning:
-            logging.warning(warning)
+            logging.warning("%s", warning)
         if summary:
             summaries.write_summaries(self.writer, current, result, {
                 "learning_rate": config.learning_rate,

@@ -194,15 +194,17 @@ def test_test_mode_measures_the_exported_models(trained, cli_exports,
         for key in ("rank-1", "rank-5", "mAP"):
             assert numbers[name][key] == pytest.approx(
                 numbers["checkpoint"][key], abs=1e-6), (name, key)
-    # int8: at most one query changes its first match, mAP within 3 points
-    # (20 queries, and this network's margins are small; on the demo's
-    # trained model both int8 models are within 2 points: make demo)
+    for key in ("rank-1", "mAP"):
+        assert abs(numbers["int8"][key] - numbers["checkpoint"][key]) <= 0.02
+    # the int8 ONNX: at most one query changes its first match, mAP within
+    # 3 points (20 queries, and this network's margins are small: its mAP
+    # is about 2 points off with 100 calibration images; on the demo's
+    # trained model it is within a point: make demo)
     one_query = 1 / numbers["checkpoint"]["num_queries"]
-    for name in ("int8", "int8 onnx"):
-        assert abs(numbers[name]["rank-1"] - numbers["checkpoint"]["rank-1"]) \
-            <= one_query + 1e-9, (name, numbers[name], numbers["checkpoint"])
-        assert abs(numbers[name]["mAP"] - numbers["checkpoint"]["mAP"]) \
-            <= 0.03, (name, numbers[name], numbers["checkpoint"])
+    assert abs(numbers["int8 onnx"]["rank-1"] -
+               numbers["checkpoint"]["rank-1"]) <= one_query + 1e-9, numbers
+    assert abs(numbers["int8 onnx"]["mAP"] - numbers["checkpoint"]["mAP"]) \
+        <= 0.03, numbers
     assert numbers["checkpoint"]["rank-1"] > 0.2  # far from chance (0.1)
 
 

@@ -120,7 +120,15 @@ def _frozen_graph(path, flag):
 
 
 def _saved_model(path, flag):
-    model = tf.saved_model.load(path)
+    if not os.path.isdir(os.path.join(path, "variables")):
+        raise UsageError(f"{flag}={path}: the SavedModel has no variables/ "
+                         "folder beside its saved_model.pb (copy the whole "
+                         "folder)")
+    try:
+        model = tf.saved_model.load(path)
+    except (OSError, ValueError, tf.errors.OpError) as e:
+        raise UsageError(f"{flag}={path}: TensorFlow cannot load the "
+                         f"SavedModel ({first_line(e)})") from e
     serve = model.signatures["serving_default"]
     spec = serve.structured_input_signature[1][export.SAVED_MODEL_INPUT]
     feature_dim = serve.structured_outputs[export.OUTPUT_NAME].shape[-1]
@@ -178,8 +186,10 @@ def _openvino(path, flag, config):
     try:
         compiled = ov.Core().compile_model(path, "CPU", config)
     except RuntimeError as e:
-        raise UsageError(f"{flag}={path}: OpenVINO cannot load it "
-                         f"({first_line(e)})") from e
+        hint = ("; an IR is the .xml and the .bin written with it, side by "
+                "side" if path.lower().endswith(".xml") else "")
+        raise UsageError(f"{flag}={path}: OpenVINO cannot load it: "
+                         f"{_openvino_reason(e)}{hint}") from e
     names = [name for port in compiled.inputs for name in port.get_names()]
     if export.INPUT_NAME not in names or len(compiled.inputs) != 1:
         raise UsageError(f"{flag}={path}: expected a model with one "
@@ -200,6 +210,15 @@ def _openvino(path, flag, config):
             return request.infer({0: images})[output].copy()
 
     return Backend(run, shape, feature_dim, OPENVINO, compiled)
+
+
+def _openvino_reason(error):
+    """The reason in an OpenVINO exception: its last line that is not the
+    ``Exception from <source file>`` or ``Check '...' failed`` trail."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    reasons = [line for line in lines if line and not line.startswith(
+        ("Exception from ", "Check '"))]
+    return reasons[-1].rstrip(":") if reasons else first_line(error)
 
 
 def _openvino_streams(compiled):

@@ -21,6 +21,7 @@ from cosine_metric_learning import backends, checkpoints, deploy, evaluator
 from cosine_metric_learning import export, files
 from cosine_metric_learning import kit_features, protocol, rerank, settings
 from cosine_metric_learning import training
+from cosine_metric_learning.errors import INTERRUPTED, INTERRUPTED_STATUS
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import parse_flags
 
@@ -271,5 +272,8 @@ def main(dataset, make_dataset=None, extra_flags=None):
         except TrainingError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            print(INTERRUPTED, file=sys.stderr)
+            return INTERRUPTED_STATUS
 
     app.run(_main, flags_parser=parse_flags)

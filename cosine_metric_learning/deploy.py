@@ -10,6 +10,10 @@ uses; the OpenVINO IR is converted (``openvino.convert_model``) from that
 ONNX model. ``--int8`` quantises after training, calibrated on training
 images read through the project's preprocessing (no labels needed): the
 IR with NNCF, the ONNX model with ONNX Runtime's static quantisation.
+Both int8 models keep their weights in 7 bits, so that the 16-bit sums of
+x86 processors without VNNI cannot saturate, and end in a float
+normalisation after the quantised part, so their features are unit-length
+as the float models' are.
 
 The converters and runtimes are the optional ``deploy`` dependencies;
 :func:`require` says how to install them when they are missing.
@@ -29,6 +33,8 @@ from cosine_metric_learning import export, files, preprocessing
 from cosine_metric_learning.errors import UsageError
 
 ONNX_OPSET = 17
+# the normalisation's floor of the squared norm, as tf.math.l2_normalize
+NORM_EPSILON = 1e-12
 DEFAULT_CALIBRATION_IMAGES = 300
 INSTALL_HINT = ("pip install 'cosine-metric-learning[deploy]' (in a source "
                 "checkout: pip install -e '.[deploy]')")
@@ -162,7 +168,33 @@ def quantize_onnx(model, calibration):
             reduce_range=True,
             activation_type=quantization.QuantType.QUInt8,
             weight_type=quantization.QuantType.QInt8)
-        return onnx.load(quantised)
+        return normalise_onnx_output(onnx.load(quantised))
+
+
+def normalise_onnx_output(model):
+    """``model`` (an ONNX ``ModelProto``, changed in place) with its
+    ``features`` output L2-normalised in float32 after everything else:
+    ``x / sqrt(max(sum(x^2), NORM_EPSILON))``, as the frozen graph."""
+    onnx = require("onnx", "an ONNX export")
+    helper, graph = onnx.helper, model.graph
+    output = export.OUTPUT_NAME
+    raw, square_sum, floor, norm = (f"{output}_{part}" for part in (
+        "unnormalised", "square_sum", "floor", "norm"))
+    for node in graph.node:
+        for names in (node.input, node.output):
+            for i, name in enumerate(names):
+                if name == output:
+                    names[i] = raw
+    graph.initializer.append(onnx.numpy_helper.from_array(
+        np.array(NORM_EPSILON, np.float32), floor))
+    graph.node.extend([
+        helper.make_node("ReduceSumSquare", [raw], [square_sum], axes=[-1],
+                         keepdims=1, name=square_sum),
+        helper.make_node("Max", [square_sum, floor], [f"{norm}_squared"],
+                         name=f"{norm}_squared"),
+        helper.make_node("Sqrt", [f"{norm}_squared"], [norm], name=norm),
+        helper.make_node("Div", [raw, norm], [output], name=output)])
+    return model
 
 
 def write_openvino(encoder, path, image_shape, calibration=None):
@@ -195,15 +227,41 @@ def _save_ir(ov, model, prefix):
 
 
 def quantize(model, calibration):
-    """An int8 copy of an OpenVINO model, calibrated on uint8 BGR patches.
+    """An int8 copy of an OpenVINO model, calibrated on uint8 BGR patches,
+    its features normalised after the quantised part
+    (:func:`normalise_openvino_output`).
 
     The patches go through one at a time (the statistics are per image);
-    every given patch is used.
+    every given patch is used. NNCF's overflow fix on every layer keeps
+    the weights in 7 bits: with 8, the int8 convolutions of processors
+    without VNNI (pairs of u8 x s8 products summed in 16 bits) saturate.
     """
     nncf = require("nncf", "--int8")
     dataset = nncf.Dataset([patch[None] for patch in calibration])
-    return nncf.quantize(model, dataset, subset_size=len(calibration),
-                         preset=nncf.QuantizationPreset.MIXED)
+    quantised = nncf.quantize(
+        model, dataset, subset_size=len(calibration),
+        preset=nncf.QuantizationPreset.MIXED,
+        advanced_parameters=nncf.AdvancedQuantizationParameters(
+            overflow_fix=nncf.OverflowFix.ENABLE))
+    return normalise_openvino_output(quantised)
+
+
+def normalise_openvino_output(model):
+    """``model`` (an ``openvino.Model``, changed in place) with a float
+    NormalizeL2 between its ``features`` and the output, the floor of
+    :data:`NORM_EPSILON` as the frozen graph's."""
+    ops = require("openvino.opset13", "--mode=openvino")
+    result = model.get_results()[0]
+    source = result.input_value(0)
+    names = source.get_names()
+    normalised = ops.normalize_l2(
+        source, ops.constant(np.array([-1], np.int64)), NORM_EPSILON, "max",
+        name=f"{export.OUTPUT_NAME}_normalised")
+    result.input(0).replace_source_output(normalised.output(0))
+    source.get_tensor().set_names(set())
+    normalised.output(0).get_tensor().set_names(set(names))
+    model.validate_nodes_and_infer_types()
+    return model
 
 
 def calibration_patches(filenames, count, image_shape):

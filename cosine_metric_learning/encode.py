@@ -27,6 +27,7 @@ from absl import app, flags, logging
 from cosine_metric_learning import backends
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files, preprocessing, settings
+from cosine_metric_learning.errors import INTERRUPTED, INTERRUPTED_STATUS
 from cosine_metric_learning.errors import UsageError, first_line
 from cosine_metric_learning.errors import parse_flags
 
@@ -79,22 +80,41 @@ FEATURES_MAT = files.mat_kind({"features", "filenames"},
                               "holding 'features' and 'filenames')")
 
 
+def _names_path(npy_path):
+    return os.path.splitext(npy_path)[0] + ".filenames.txt"
+
+
+def _rows_and_lines(npy_path):
+    """``(rows of the .npy, lines of its file-name list)``; OSError or
+    ValueError where either is missing or unreadable."""
+    with open(_names_path(npy_path)) as f:
+        lines = len(f.read().splitlines())
+    return len(np.load(npy_path, mmap_mode="r")), lines
+
+
+def _is_feature_pair(npy_path):
+    rows, lines = _rows_and_lines(npy_path)
+    return rows == lines
+
+
+# the .npy and its file-name list are one output: either is replaced only
+# if both are there and agree
+FEATURES_NPY = files.Kind(
+    "a feature file written by this command (a .npy with a file-name list "
+    "of as many lines beside it)", _is_feature_pair)
+
+
 def _names_kind(npy_path):
-    """The file-name list written beside ``npy_path``: one line per row of
-    the .npy file already there."""
-    def recognise(path):
-        with open(path) as f:
-            lines = f.read().splitlines()
-        return len(lines) == len(np.load(npy_path, mmap_mode="r"))
-    return files.Kind(f"the file-name list of {npy_path} (a line per row)",
-                      recognise)
+    return files.Kind(f"the file-name list of {npy_path} (a line per row of "
+                      "it)", lambda _: _is_feature_pair(npy_path))
 
 
 def _outputs(path):
     """``[(file, kind)]`` that ``--output=path`` writes."""
-    stem, extension = os.path.splitext(path)
+    extension = os.path.splitext(path)[1]
     if extension == ".npy":
-        return [(path, files.NPY), (f"{stem}.filenames.txt", _names_kind(path))]
+        return [(path, FEATURES_NPY),
+                (_names_path(path), _names_kind(path))]
     if extension == ".mat":
         return [(path, FEATURES_MAT)]
     raise UsageError(f"--output={path}: expected a .npy or .mat file name")
@@ -109,20 +129,16 @@ def check_output(path):
 def write_features(path, features, names):
     """Write ``.npy`` (+ file names beside it) or ``.mat``; returns paths."""
     outputs = _outputs(path)
-    check_output(path)
     if len(outputs) == 2:
         (npy, npy_kind), (names_path, names_kind) = outputs
-        # the names first: an earlier list is recognised by the earlier .npy
-        files.write_atomically(names_path, lambda f: f.write(
-            "".join(name + "\n" for name in names)), names_kind)
-        files.write_atomically(npy, lambda f: np.save(f, features), npy_kind,
-                               binary=True)
-        return [npy, names_path]
-    files.write_atomically(path, lambda f: scipy.io.savemat(
+        return files.write_together([
+            (npy, lambda f: np.save(f, features), npy_kind, True),
+            (names_path, lambda f: f.write(
+                "".join(name + "\n" for name in names)), names_kind, False)])
+    return [files.write_atomically(path, lambda f: scipy.io.savemat(
         f, {"features": features,
             "filenames": np.asarray(names, dtype=object)}), FEATURES_MAT,
-        binary=True)
-    return [path]
+        binary=True)]
 
 
 def main(argv):
@@ -145,6 +161,9 @@ def main(argv):
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return INTERRUPTED_STATUS
     return 0
 
 

@@ -25,6 +25,13 @@ def first_line(error):
                   text)
 
 
+# what a command says, and its exit status, when Ctrl-C stops it: every
+# output is renamed into place whole, so nothing half-written is left
+INTERRUPTED = ("error: interrupted (Ctrl-C) before finishing; no output "
+               "was left half-written")
+INTERRUPTED_STATUS = 128 + 2  # SIGINT's number
+
+
 def parse_flags(argv):
     """absl's flag parser for ``app.run``: a bad flag (unknown, out of its
     choices, missing) is one line on stderr and exit status 2."""

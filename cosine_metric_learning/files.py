@@ -7,13 +7,16 @@ replace anything else (a folder of the user's files, a photo, a
 their work so a bad path fails at once.
 """
 
+import contextlib
 import dataclasses
 import glob
 import json
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 from typing import Callable
 
 import scipy.io
@@ -22,7 +25,6 @@ from PIL import Image
 from cosine_metric_learning.errors import UsageError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-NPY_MAGIC = b"\x93NUMPY"
 # the tEXt chunk that marks the PNG files this project draws
 PNG_SOFTWARE = "cosine_metric_learning"
 
@@ -54,10 +56,10 @@ def _starts_with(path, magic):
 
 
 def mat_kind(keys, description):
-    """A MATLAB file holding nothing but (some of) ``keys``."""
+    """A MATLAB file holding exactly the variables ``keys``."""
     def recognise(path):
         names = {name for name, _, _ in scipy.io.whosmat(path)}
-        return bool(names) and names <= set(keys)
+        return names == set(keys)
     return Kind(description, recognise)
 
 
@@ -79,7 +81,6 @@ def _is_own_png(path):
 
 
 PNG = Kind("a PNG picture drawn by cosine_metric_learning", _is_own_png)
-NPY = Kind("a NumPy .npy file", lambda p: _starts_with(p, NPY_MAGIC))
 
 
 def check_writable(directory, path):
@@ -123,23 +124,64 @@ def write_atomically(path, write, kind, binary=False):
         ``kind`` (see :func:`check_output`) or cannot be written; the
         temporary file is removed and ``path`` is left as it was.
     """
-    check_output(path, kind)
-    directory = os.path.dirname(os.path.abspath(path))
+    return write_together([(path, write, kind, binary)])[0]
+
+
+def write_together(outputs):
+    """Write several files as one output: ``outputs`` is a list of
+    ``(path, write, kind, binary)`` as :func:`write_atomically` takes.
+
+    Every file is checked, then written to a temporary file beside it; only
+    when all are written are they renamed into place, one after the other
+    with SIGINT and SIGTERM held back, so an interruption leaves either
+    all the earlier files or all the new ones. Temporary files are removed
+    whatever happens.
+    """
+    for path, _, kind, _ in outputs:
+        check_output(path, kind)
+    temporary = []
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.",
-                                   dir=directory)
-    except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror}") from e
+        for path, write, _, binary in outputs:
+            directory = os.path.dirname(os.path.abspath(path))
+            try:
+                fd, tmp = tempfile.mkstemp(
+                    prefix=f".{os.path.basename(path)}.", dir=directory)
+            except OSError as e:
+                raise UsageError(f"cannot write {path}: {e.strerror}") from e
+            temporary.append(tmp)
+            try:
+                with os.fdopen(fd, "wb" if binary else "w") as f:
+                    write(f)
+                os.chmod(tmp, 0o666 & ~umask())  # mkstemp made it private
+            except OSError as e:
+                raise UsageError(f"cannot write {path}: {e.strerror}") from e
+        with _signals_held():
+            for (path, *_), tmp in zip(outputs, temporary):
+                try:
+                    os.replace(tmp, path)
+                except OSError as e:
+                    raise UsageError(f"cannot write {path}: {e.strerror}") \
+                        from e
+    finally:
+        for tmp in temporary:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return [path for path, *_ in outputs]
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM back (in the main thread) until the block
+    ends; they are delivered then."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
-        with os.fdopen(fd, "wb" if binary else "w") as f:
-            write(f)
-        os.chmod(tmp, 0o666 & ~umask())  # mkstemp made it private
-        os.replace(tmp, path)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise UsageError(f"cannot write {path}: {e.strerror}") from e
-    return path
+        yield
+    finally:
+        if main:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
 def replace_dir_atomically(directory, write, kind, errors=()):

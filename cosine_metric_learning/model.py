@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 from cosine_metric_learning import losses
+from cosine_metric_learning import summaries as summaries_lib
 from cosine_metric_learning.nets.deep_sort import network_definition
 
 # --mixed_precision -> Keras dtype policy of the network's layers
@@ -81,24 +82,30 @@ def create_optimizer(learning_rate, mixed_precision="none"):
     return optimizer
 
 
-def make_train_step(model, optimizer, loss_mode, step):
+def make_train_step(model, optimizer, loss_mode, step, summaries=False):
     """One optimisation step on a batch; wrap it in a ``tf.function``.
 
     Returns
     -------
     callable
-        ``step_fn(images, labels) -> dict`` of scalar metrics (every loss
-        the model can compute, the weight loss, the losses' monitors and
-        the classifier's scale) and, for summaries, ``images`` and
-        ``activations``.
+        ``step_fn(images, labels) -> dict`` of ``scalars``: every loss the
+        model can compute, the weight loss, the losses' monitors and the
+        classifier's scale. With ``summaries`` also, for TensorBoard, the
+        first ``summaries.SUMMARY_IMAGES`` input images under ``images``
+        and a bounded sample of every activation under ``activations``
+        (``summaries.sample_values``): a step without summaries returns
+        nothing of the batch's size.
     """
     variables = model.trainable_variables
     trained = losses.get(loss_mode).summary_name
 
     def step_fn(images, labels):
         with tf.GradientTape() as tape:
-            features, activations = model.activation_model(images,
-                                                           training=True)
+            if summaries:
+                features, activations = model.activation_model(
+                    images, training=True)
+            else:
+                features = model.encoder(images, training=True)
             logits = None
             if model.classifier is not None:
                 logits = model.classifier(features, training=True)
@@ -119,7 +126,11 @@ def make_train_step(model, optimizer, loss_mode, step):
         metrics.update({f"losses/{k}": v for k, v in terms.items()})
         metrics["losses/weight_loss"] = weight_loss
         metrics["losses/total_loss"] = total
-        return {"scalars": metrics, "images": images,
-                "activations": activations}
+        if not summaries:
+            return {"scalars": metrics}
+        return {"scalars": metrics,
+                "images": images[:summaries_lib.SUMMARY_IMAGES],
+                "activations": {name: summaries_lib.sample_values(value)
+                                for name, value in activations.items()}}
 
     return step_fn

@@ -133,9 +133,16 @@ def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
         files.check_output(output_json, RESULTS_JSON)
     if rank_image:
         files.check_output(rank_image, files.PNG)
+    split = dataset.read_test(dataset_dir)
+    if rerank_parameters is not None:
+        # before the encoding: k1 against the number of entries
+        problem = rerank.check(*rerank_parameters, len(split.query_groups)
+                               + len(split.gallery_groups))
+        if problem:
+            raise UsageError(f"--rerank_k1: {problem}")
     split, features, path = test_features(dataset, restore_path, dataset_dir,
                                           batch_size, flip_test,
-                                          backend=backend)
+                                          split=split, backend=backend)
     metric = losses.get(loss_mode).metric
     result, distances = evaluate_split(split, features, metric,
                                        rerank_parameters)

@@ -18,9 +18,10 @@ the nearest-neighbour lists go to the lower index, as in the ranking.
 
 Nothing of size N x N is held: distances are computed in blocks of rows,
 ``V`` is sparse (about a hundred entries a row) and the Jaccard distances
-are accumulated for the Q x G pairs that share an entry. Memory is a few
-Q x G matrices of float64 (about 0.5 GB each for Market-1501's 3,368 x
-19,732).
+are accumulated for the Q x G pairs that share an entry; every other
+working array is cut into blocks of at most ``MAX_BLOCK_ELEMENTS``, whatever
+k1. Memory is a few Q x G matrices of float64 (about 0.5 GB each for
+Market-1501's 3,368 x 19,732). k1 must be below N.
 """
 
 import time
@@ -34,13 +35,21 @@ from cosine_metric_learning import metrics
 
 K1, K2, LAMBDA = 20, 6, 0.3  # the paper's defaults
 PROGRESS_SECS = 10.0
+# the largest working array (elements) of a block, besides the Q x G
+# matrices: 2^23 elements, 64 MB of float64 (a block holds a few such)
+MAX_BLOCK_ELEMENTS = 1 << 23
 
 
-def check(k1, k2, lambda_value):
-    """What is wrong with the parameters, or None."""
+def check(k1, k2, lambda_value, num_points=None):
+    """What is wrong with the parameters, or None; with ``num_points``
+    (queries and gallery entries together), k1 must leave a point out."""
     if k1 < 1 or k2 < 1 or not 0.0 <= lambda_value <= 1.0:
         return (f"k1={k1}, k2={k2}, lambda={lambda_value}: expected k1 >= 1, "
                 "k2 >= 1 and lambda in [0, 1]")
+    if num_points is not None and k1 >= num_points:
+        return (f"k1={k1}: expected less than the {num_points} query and "
+                "gallery entries re-ranked together (the paper's k1 is "
+                f"{K1})")
     return None
 
 
@@ -95,43 +104,66 @@ def _neighbours(points, num_query, metric, k, block_size, progress):
     return nearest, row_max, query_gallery
 
 
-def _reciprocal(nearest, k):
+def _row_blocks(num_rows, elements_per_row, max_elements):
+    """Slices of rows whose arrays hold at most ``max_elements`` (at least
+    one row a block)."""
+    size = max(1, int(max_elements // max(elements_per_row, 1)))
+    return [slice(start, min(start + size, num_rows))
+            for start in range(0, num_rows, size)]
+
+
+def _reciprocal(nearest, k, max_elements):
     """``R(i, k)`` of every point as a mask over ``nearest[:, :k + 1]``."""
-    forward = nearest[:, :k + 1]
-    backward = nearest[forward][:, :, :k + 1]
-    return (backward == np.arange(len(nearest))[:, None, None]).any(axis=2)
+    mask = np.empty((len(nearest), k + 1), bool)
+    for rows in _row_blocks(len(nearest), (k + 1) ** 2, max_elements):
+        forward = nearest[rows, :k + 1]
+        backward = nearest[forward][:, :, :k + 1]
+        mask[rows] = (backward == np.arange(len(nearest))[rows, None,
+                                                          None]).any(axis=2)
+    return mask
 
 
-def _expansion_pairs(nearest, k1):
+def _expansion_pairs(nearest, k1, max_elements):
     """``(i, j)`` for every point j of every point i's expansion (step 2),
-    sorted and without repeats."""
+    sorted and without repeats; the points i are taken in blocks whose
+    arrays hold at most about ``max_elements``."""
     num_points = len(nearest)
     half = int(round(k1 / 2))
-    full = np.where(_reciprocal(nearest, k1), nearest[:, :k1 + 1], -1)
-    small = np.where(_reciprocal(nearest, half), nearest[:, :half + 1], -1)
+    # -1 marks a slot that is not a reciprocal neighbour
+    full = np.where(_reciprocal(nearest, k1, max_elements),
+                    nearest[:, :k1 + 1], -1)
+    small = np.where(_reciprocal(nearest, half, max_elements),
+                     nearest[:, :half + 1], -1)
     small_size = (small >= 0).sum(axis=1)
-    owners, candidates = np.nonzero(full >= 0)
-    candidates = full[owners, candidates]
-    # |R(c, k1/2) & R(i, k1)| for every candidate c of every point i
-    shared = np.zeros(len(owners), np.int64)
-    for start in range(0, len(owners), 262144):
-        part = slice(start, start + 262144)
-        c_sets, i_sets = small[candidates[part]], full[owners[part]]
-        shared[part] = ((c_sets[:, :, None] == i_sets[:, None, :])
-                        & (c_sets[:, :, None] >= 0)).any(axis=2).sum(axis=1)
-    taken = shared > 2.0 / 3.0 * small_size[candidates]
-    rows = [owners, np.repeat(owners[taken], small.shape[1])]
-    columns = [candidates, small[candidates[taken]].ravel()]
-    rows, columns = np.concatenate(rows), np.concatenate(columns)
-    keep = columns >= 0
-    keys = np.unique(rows[keep] * num_points + columns[keep])
-    return keys // num_points, keys % num_points
+    # a point's candidates' sets, and its own set as a mask over the points
+    per_row = max((k1 + 1) * (half + 1), num_points + 1)
+    row_keys, column_keys = [], []
+    for block in _row_blocks(num_points, per_row, max_elements):
+        sets = full[block]
+        member = np.zeros((len(sets), num_points + 1), bool)
+        member[np.arange(len(sets))[:, None], sets] = True
+        member[:, -1] = False  # the -1 slots
+        owners, slots = np.nonzero(sets >= 0)
+        candidates = sets[owners, slots]
+        # |R(c, k1/2) & R(i, k1)| for every candidate c of every point i
+        shared = member[owners[:, None], small[candidates]].sum(axis=1)
+        taken = shared > 2.0 / 3.0 * small_size[candidates]
+        rows = np.concatenate([owners, np.repeat(owners[taken],
+                                                 small.shape[1])])
+        columns = np.concatenate([candidates,
+                                  small[candidates[taken]].ravel()])
+        keep = columns >= 0
+        keys = np.unique((rows[keep] + block.start) * num_points
+                         + columns[keep])
+        row_keys.append(keys // num_points)
+        column_keys.append(keys % num_points)
+    return np.concatenate(row_keys), np.concatenate(column_keys)
 
 
-def _weights(points, metric, nearest, row_max, k1, k2):
+def _weights(points, metric, nearest, row_max, k1, k2, max_elements):
     """The sparse rows ``V`` (step 3), with local query expansion."""
     num_points = len(points)
-    rows, columns = _expansion_pairs(nearest, k1)
+    rows, columns = _expansion_pairs(nearest, k1, max_elements)
     weights = np.exp(-_pair_distances(points, rows, columns, metric)
                      / row_max[rows])
     weights /= np.bincount(rows, weights, num_points)[rows]
@@ -147,13 +179,23 @@ def _weights(points, metric, nearest, row_max, k1, k2):
 
 
 def _shared_weight(v_query, v_gallery_by_column, num_gallery, progress,
-                   chunk_size=64):
-    """``sum_k min(V[i, k], V[j, k])`` for every query i and gallery j."""
+                   max_elements):
+    """``sum_k min(V[i, k], V[j, k])`` for every query i and gallery j, in
+    blocks of queries whose (query entry, gallery entry) pairs number at
+    most about ``max_elements``."""
     num_query = v_query.shape[0]
     shared = np.zeros((num_query, num_gallery))
     indptr = v_gallery_by_column.indptr
-    for start in range(0, num_query, chunk_size):
-        block = v_query[start:start + chunk_size].tocoo()
+    # each query's pairs: its entries times the gallery entries of their
+    # columns
+    pairs = v_query.astype(bool).astype(np.int64) @ np.diff(indptr)
+    pairs = np.maximum(pairs, 1) + num_gallery  # and its row of the output
+    start = 0
+    while start < num_query:
+        budget = np.cumsum(pairs[start:])
+        stop = start + max(1, int(np.searchsorted(budget, max_elements,
+                                                  side="right")))
+        block = v_query[start:stop].tocoo()
         # every (query, column) entry meets every gallery entry of the column
         lengths = indptr[block.col + 1] - indptr[block.col]
         query = np.repeat(block.row, lengths)
@@ -163,19 +205,21 @@ def _shared_weight(v_query, v_gallery_by_column, num_gallery, progress,
         entry = np.repeat(indptr[block.col], lengths) + offsets
         gallery = v_gallery_by_column.indices[entry]
         value = np.minimum(query_value, v_gallery_by_column.data[entry])
-        rows = min(chunk_size, num_query - start)
-        shared[start:start + rows] = np.bincount(
+        rows = stop - start
+        shared[start:stop] = np.bincount(
             query * num_gallery + gallery, value,
             rows * num_gallery).reshape(rows, num_gallery)
-        progress("Jaccard distances", start + rows, num_query)
+        progress("Jaccard distances", stop, num_query)
+        start = stop
     return shared
 
 
 def k_reciprocal(query, gallery, metric, k1=K1, k2=K2, lambda_value=LAMBDA,
-                 block_size=1024):
+                 block_size=1024, max_block_elements=MAX_BLOCK_ELEMENTS):
     """Re-ranked ``(Q, G)`` distances between ``query`` and ``gallery``
-    features (see the module's docstring)."""
-    problem = check(k1, k2, lambda_value)
+    features (see the module's docstring); ValueError for parameters
+    :func:`check` refuses."""
+    problem = check(k1, k2, lambda_value, len(query) + len(gallery))
     if problem:
         raise ValueError(problem)
     points = np.concatenate([np.asarray(query, np.float64),
@@ -191,9 +235,11 @@ def k_reciprocal(query, gallery, metric, k1=K1, k2=K2, lambda_value=LAMBDA,
     nearest, row_max, distances = _neighbours(points, num_query, metric, k,
                                               block_size, progress)
     progress("neighbour weights", 0, num_points, force=True)
-    v = _weights(points, metric, nearest, row_max, k1, k2)
+    v = _weights(points, metric, nearest, row_max, k1, k2,
+                 max_block_elements)
     shared = _shared_weight(v[:num_query], v[num_query:].tocsc(),
-                            num_points - num_query, progress)
+                            num_points - num_query, progress,
+                            max_block_elements)
     progress("done", num_query, num_query, force=True)
     # (1 - lambda) * jaccard + lambda * d, in place: three Q x G matrices
     np.divide(shared, 2.0 - shared, out=shared)  # 1 - jaccard

@@ -6,26 +6,45 @@ from absl import logging
 
 from cosine_metric_learning import losses
 
+# the input images a summary shows
+SUMMARY_IMAGES = 8
+# the values of an activation its histogram is drawn from: TensorFlow's
+# histogram summary holds a one-hot of every value over its buckets (8 GB
+# for conv1_1_elu at batch 128), so a summary takes a uniform sample
+HISTOGRAM_VALUES = 1 << 16
+
 # warn when more than this fraction of an interval's steps waited for input
 STARVED_WARNING = 0.1
 # ... and the interval had at least this many steps
 STARVED_MIN_STEPS = 10
 
 
+def sample_values(tensor, count=HISTOGRAM_VALUES):
+    """At most ``count`` values of ``tensor`` (float32, flat), drawn
+    uniformly at random over all of them; all if there are no more.
+    Works inside a ``tf.function``."""
+    flat = tf.reshape(tf.cast(tensor, tf.float32), [-1])
+    size = tf.size(flat, out_type=tf.int64)
+    return tf.cond(
+        size <= count, lambda: flat, lambda: tf.gather(
+            flat, tf.random.uniform([count], 0, size, dtype=tf.int64)))
+
+
 def write_summaries(writer, step, result, scalars, conv1_1_kernel):
     """Write the step's and the loop's scalars, input images, filters and
-    activation histograms."""
+    activation histograms (of the sampled values in
+    ``result["activations"]``)."""
     with writer.as_default(step=step):
         for name, value in {**result["scalars"], **scalars}.items():
             tf.summary.scalar(name, value)
-        tf.summary.image("input_batch", result["images"], max_outputs=8)
+        tf.summary.image("input_batch", result["images"],
+                         max_outputs=SUMMARY_IMAGES)
         kernel = tf.transpose(conv1_1_kernel, [3, 0, 1, 2])  # (32, 3, 3, 3)
         low = tf.reduce_min(kernel)
         kernel = (kernel - low) / (tf.reduce_max(kernel) - low + 1e-12)
         tf.summary.image("conv1_1_filters", kernel, max_outputs=32)
-        for name, activation in result["activations"].items():
-            tf.summary.histogram(f"activations/{name}",
-                                 tf.cast(activation, tf.float32))
+        for name, values in result["activations"].items():
+            tf.summary.histogram(f"activations/{name}", values)
     writer.flush()
 
 

@@ -100,6 +100,15 @@ def read_training_data(dataset, config):
     return filenames, ids
 
 
+def _continues_recorded_run(dataset, config):
+    """True if ``run_dir`` holds checkpoints and settings that match the
+    run's; UsageError if its settings differ. Writes nothing."""
+    settings = run_settings.settings(dataset.name, config.loss_mode,
+                                     dataset.image_shape)
+    has_checkpoint = tf.train.get_checkpoint_state(config.run_dir) is not None
+    return has_checkpoint and run_settings.check(config.run_dir, settings)
+
+
 def prepare_run_dir(dataset, config, chief):
     """Create ``log_dir/run_id``; check or record the run's settings and
     write the label map of custom data."""
@@ -111,12 +120,9 @@ def prepare_run_dir(dataset, config, chief):
     if not os.access(config.run_dir, os.W_OK):
         raise UsageError(f"--log_dir={config.log_dir}: {config.run_dir} is "
                          "not writable")
-    settings = run_settings.settings(dataset.name, config.loss_mode,
-                                     dataset.image_shape)
-    has_checkpoint = tf.train.get_checkpoint_state(config.run_dir) is not None
-    if not (has_checkpoint and run_settings.check(config.run_dir, settings)) \
-            and chief:
-        run_settings.record(config.run_dir, settings)
+    if not _continues_recorded_run(dataset, config) and chief:
+        run_settings.record(config.run_dir, run_settings.settings(
+            dataset.name, config.loss_mode, dataset.image_shape))
     if dataset.label_names is not None:
         path = run_settings.write_label_map(config.run_dir,
                                             dataset.label_names,
@@ -167,13 +173,21 @@ class _Run:
         # what the replicas of this process dequeue per step
         self.local_batch = self.per_replica * distribute.local_replicas(
             strategy)
-        self.train_step = self._distributed_step()
+        # the step that returns what summaries show (a sample of the
+        # activations, a few images) runs only when a summary is due; the
+        # workers of a multi-worker run always run it, since their clocks
+        # cannot agree on when one is due and each step's collectives must
+        self.summary_step = self._distributed_step(summaries=True)
+        self.train_step = (self.summary_step
+                           if config.strategy == "multi_worker"
+                           else self._distributed_step(summaries=False))
         self.writer = (tf.summary.create_file_writer(config.run_dir)
                        if chief else tf.summary.create_noop_writer())
 
-    def _distributed_step(self):
+    def _distributed_step(self, summaries):
         step_fn = model_lib.make_train_step(self.model, self.optimizer,
-                                            self.config.loss_mode, self.step)
+                                            self.config.loss_mode, self.step,
+                                            summaries)
         strategy, trainer, size = self.strategy, self.trainer, \
             self.per_replica
 
@@ -181,15 +195,14 @@ class _Run:
         def train_step():
             # every replica dequeues its share of the batch from the queue
             result = strategy.run(lambda: step_fn(*trainer.dequeue(size)))
-
-            def first_replica(value):
-                return strategy.experimental_local_results(value)[0]
-
-            return {"scalars": {k: strategy.reduce("MEAN", v, axis=None)
-                                for k, v in result["scalars"].items()},
-                    "images": first_replica(result["images"]),
-                    "activations": {k: first_replica(v) for k, v in
-                                    result["activations"].items()}}
+            scalars = {k: strategy.reduce("MEAN", v, axis=None)
+                       for k, v in result["scalars"].items()}
+            # what summaries show comes from the first replica
+            return {"scalars": scalars, **{
+                key: tf.nest.map_structure(
+                    lambda v: strategy.experimental_local_results(v)[0],
+                    result[key])
+                for key in ("images", "activations") if key in result}}
 
         return train_step
 
@@ -199,6 +212,11 @@ class _Run:
     def done(self):
         total = self.config.number_of_steps
         return total is not None and self.current_step() >= total
+
+    def is_last_step(self):
+        """Whether the next step is the run's last."""
+        total = self.config.number_of_steps
+        return total is not None and self.current_step() + 1 >= total
 
     def save(self, reason):
         """Save the current step; TrainingError if it cannot be saved."""
@@ -220,11 +238,12 @@ class _Run:
         self.last_path = path
         return path
 
-    def step_once(self):
-        """Train one step; None when the feed generator is exhausted."""
+    def step_once(self, summary=False):
+        """Train one step, with what summaries show if ``summary``; None
+        when the feed generator is exhausted."""
         self.trainer.raise_if_failed()
         try:
-            result = self.train_step()
+            result = (self.summary_step if summary else self.train_step)()
         except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
             self.trainer.raise_if_failed()
             logging.info("The feed generator is exhausted")
@@ -283,14 +302,17 @@ def _loop(run, stop):
                             stop=lambda: stop.received is not None)
         if stop.received is not None:
             break
-        result = run.step_once()
+        # the first and last steps are shown; whether a summary is due is
+        # known before the step, which then returns what it shows
+        now = time.time()
+        edge = first or run.is_last_step()
+        summary = logs.due(now, edge) and writes.due(now, edge)
+        result = run.step_once(summary)
         if result is None:
             break
         now, current = time.time(), run.current_step()
-        edge = first or run.done()  # the first and last steps are shown
-        if logs.due(now, edge):
+        if summary or logs.due(now, edge):
             rate = (current - log_step) / max(now - logs.last, 1e-9)
-            summary = writes.due(now, edge)
             run.report(result, rate, summary, monitor.interval(now))
             if summary:
                 writes.ran(now)
@@ -324,8 +346,11 @@ def train(dataset, config):
                                  replicas)
     chief = distribute.is_chief(strategy)
     filenames, ids = read_training_data(dataset, config)
-    prepare_run_dir(dataset, config, chief)
+    _continues_recorded_run(dataset, config)  # refuse other settings now
+    # the run's folder is written once the input is ready (a cache refused
+    # by --cache_max_gb leaves no run behind)
     trainer = _input_pipeline(dataset, config, filenames, ids)
+    prepare_run_dir(dataset, config, chief)
     run = _Run(dataset, config, strategy, chief, trainer)
     logging.info(
         "Training %s on %d images of %d identities (%s, batch %d = %d x %d"

@@ -14,6 +14,10 @@ from cosine_metric_learning.datasets import synthetic  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the environment of every subprocess a test starts: quiet TensorFlow, CPU
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+# the int8 runtimes capped to AVX2 kernels, as on x86 processors without
+# VNNI or AVX-512: oneDNN (OpenVINO's convolutions) and OpenVINO's own
+# kernels read one variable each
+WITHOUT_VNNI = {"ONEDNN_MAX_CPU_ISA": "AVX2", "OV_CPU_MAX_ISA": "AVX2"}
 
 
 @pytest.fixture(scope="session")
@@ -32,17 +36,19 @@ def mars_dir(tmp_path_factory):
                                 frames_per_tracklet=(3, 5), seed=3)
 
 
-def run_script(script, *args, timeout=300, **kwargs):
+def run_script(script, *args, timeout=300, env=None, **kwargs):
     """Run an entry point of the repository in a real subprocess.
 
     ``script`` is a file of the repository, or ``-m`` (``-c``) followed by
-    a module (a program) in ``args``; ``cwd`` defaults to the repository.
+    a module (a program) in ``args``; ``cwd`` defaults to the repository;
+    ``env`` adds variables to the quiet CPU environment.
     """
     kwargs.setdefault("cwd", ROOT)
     if script not in ("-m", "-c"):
         script = os.path.join(ROOT, script)
     return subprocess.run(
-        [sys.executable, script, *args], env=ENV, capture_output=True,
+        [sys.executable, script, *args], env=dict(ENV, **(env or {})),
+        capture_output=True,
         text=True, timeout=timeout, **kwargs)
 
 

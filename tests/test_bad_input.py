@@ -184,10 +184,10 @@ def test_kit_export_and_encode_cli_keep_other_files(run, market_dir,
     result = run_script("-m", "cosine_metric_learning.encode",
                         f"--model={run[1]}", f"--images={crops}",
                         f"--output={mine}")
-    _one_error_line(result, "refusing to replace",
-                    str(tmp_path / "mine.filenames.txt"))
+    _one_error_line(result, "refusing to replace", str(mine))
     assert "encoded" not in result.stderr  # refused before the work
     assert (tmp_path / "mine.filenames.txt").read_text() == "a list of mine\n"
+    assert np.array_equal(np.load(mine), np.arange(3))
     # its own earlier output is replaced, even with another number of rows
     out = str(tmp_path / "f.npy")
     for rows in (3, 5):
@@ -195,6 +195,85 @@ def test_kit_export_and_encode_cli_keep_other_files(run, market_dir,
                               [f"{i}.jpg" for i in range(rows)])
     names = (tmp_path / "f.filenames.txt").read_text().splitlines()
     assert len(names) == len(np.load(out)) == 5
+
+
+def test_a_users_array_or_partial_mat_is_never_replaced(run, market_dir,
+                                                         tmp_path):
+    """A .npy of the user's with no file-name list beside it, a .mat with
+    only some of an output's keys: refused, left as they were."""
+    own = tmp_path / "own"
+    own.mkdir()
+    crops = os.path.join(market_dir, "query")
+    mydata = own / "mydata.npy"
+    np.save(mydata, np.arange(7.0))
+    result = run_script("-m", "cosine_metric_learning.encode",
+                        f"--model={run[1]}", f"--images={crops}",
+                        f"--output={mydata}")
+    _one_error_line(result, f"refusing to replace {mydata}")
+    assert np.array_equal(np.load(mydata), np.arange(7.0))
+    assert sorted(os.listdir(own)) == ["mydata.npy"]  # no names file
+    # a file-name list alone is not an output of the command either
+    (own / "lonely.filenames.txt").write_text("x.jpg\n")
+    with pytest.raises(UsageError, match="lonely.filenames.txt"):
+        encode.check_output(str(own / "lonely.npy"))
+
+    features_only = own / "mine.mat"
+    scipy.io.savemat(features_only, {"features": np.eye(2)})
+    result = run_script("-m", "cosine_metric_learning.encode",
+                        f"--model={run[1]}", f"--images={crops}",
+                        f"--output={features_only}")
+    _one_error_line(result, f"refusing to replace {features_only}")
+    for keys in (["query_f"], ["gallery_f", "gallery_label"]):
+        partial = own / f"res_{len(keys)}.mat"
+        scipy.io.savemat(partial, {k: np.eye(2) for k in keys})
+        result = run_script("train_market1501.py", "--mode=export",
+                            "--format=pytorch_result",
+                            f"--dataset_dir={market_dir}",
+                            f"--restore_path={run[1]}", f"--output={partial}")
+        _one_error_line(result, f"refusing to replace {partial}")
+        assert _variables(partial) == set(keys)
+    assert _variables(features_only) == {"features"}
+
+
+def _variables(mat_path):
+    return {name for name, _, _ in scipy.io.whosmat(mat_path)}
+
+
+def test_the_npy_and_its_names_are_replaced_together_or_not_at_all(tmp_path):
+    out = str(tmp_path / "f.npy")
+    encode.write_features(out, np.ones((3, 4), np.float32),
+                          ["a.jpg", "b.jpg", "c.jpg"])
+
+    def fail(f):
+        raise OSError(28, "No space left on device")
+
+    npy_kind, names_kind = (kind for _, kind in encode._outputs(out))
+    with pytest.raises(UsageError, match="No space left on device"):
+        files.write_together([
+            (out, lambda f: np.save(f, np.zeros((5, 4))), npy_kind, True),
+            (str(tmp_path / "f.filenames.txt"), fail, names_kind, False)])
+    # the earlier pair as it was, no temporary file left
+    assert np.load(out).shape == (3, 4)
+    assert sorted(os.listdir(tmp_path)) == ["f.filenames.txt", "f.npy"]
+
+
+def test_a_saved_model_without_its_variables_is_one_line(run, market_dir,
+                                                         tmp_path):
+    encoder, _ = checkpoints.load_encoder(run[1], (128, 64, 3))
+    folder = str(tmp_path / "sm")
+    export.write_saved_model(encoder, folder, (128, 64, 3))
+    shutil.rmtree(os.path.join(folder, "variables"))
+    with pytest.raises(UsageError, match="has no variables/ folder"):
+        encoder_lib.load(folder)
+    for result in (
+            run_script("-m", "cosine_metric_learning.encode",
+                       f"--model={folder}", f"--images={market_dir}/query",
+                       f"--output={tmp_path / 'f.npy'}"),
+            run_script("train_market1501.py", "--mode=test",
+                       f"--dataset_dir={market_dir}",
+                       f"--restore_path={folder}")):
+        _one_error_line(result, f"={folder}: the SavedModel has no "
+                        "variables/ folder")
 
 
 def test_files_recognise_only_their_own_kind(tmp_path):

@@ -2,6 +2,7 @@
 real tracker fed by it (the ``deploy`` extra)."""
 
 import glob
+import json
 import os
 import re
 import shutil
@@ -16,7 +17,7 @@ from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.nets.deep_sort import network_definition
-from tests.conftest import run_script
+from tests.conftest import WITHOUT_VNNI, run_script
 from tests.reference import keras_features
 
 pytestmark = pytest.mark.slow
@@ -160,16 +161,29 @@ def cli_exports(trained, market_dir, tmp_path_factory):
     return outputs
 
 
-def test_int8_is_close_to_float32(exports, cli_exports, market_dir):
+@pytest.mark.parametrize("isa", ["native", "without VNNI"])
+def test_int8_is_close_to_float32_and_unit_length(isa, exports, cli_exports,
+                                                  market_dir, tmp_path):
+    """On this processor's kernels and on the AVX2 kernels of processors
+    without VNNI (where 8-bit weights saturate the 16-bit sums), in a
+    process of its own: the runtimes read the cap when they start."""
     _, int8_onnx, int8_xml = cli_exports
     held_out = _crops(os.path.join(market_dir, "query"), 32, seed=2)
-    floats = encoder_lib.load(exports[1])(held_out)
-    for model, backend in ((int8_xml, "auto"), (int8_onnx, "auto"),
-                           (int8_onnx, "openvino")):
-        quantised = encoder_lib.load(model, backend=backend)(held_out)
-        cosine = np.sum(quantised * floats, axis=1) / np.linalg.norm(
-            quantised, axis=1) / np.linalg.norm(floats, axis=1)
-        assert cosine.min() >= 0.99, (model, backend, cosine)
+    patches = np.concatenate([held_out, np.zeros((1, 128, 64, 3), np.uint8)])
+    np.save(tmp_path / "patches.npy", patches)
+    models = [f"{int8_xml}:auto", f"{int8_onnx}:auto",
+              f"{int8_onnx}:openvino", f"{exports[0]}:openvino"]
+    result = run_script("-m", "tests.helpers.int8_features", exports[1],
+                        str(tmp_path / "patches.npy"), *models,
+                        env=WITHOUT_VNNI if isa != "native" else None)
+    assert result.returncode == 0, result.stderr[-3000:]
+    features = json.loads(result.stdout.splitlines()[-1])
+    for model in ["float"] + models:
+        cosines = np.array(features[model]["cosines"])
+        norms = np.array(features[model]["norms"])
+        # the black patch too: every model returns unit-length features
+        assert np.abs(norms - 1.0).max() <= 1e-3, (model, norms)
+        assert cosines[:-1].min() >= 0.99, (model, cosines)
     # int8 weights: the files are far smaller than the float32 ones
     assert os.path.getsize(int8_xml[:-4] + ".bin") < 0.5 * os.path.getsize(
         exports[1][:-4] + ".bin")
@@ -177,7 +191,7 @@ def test_int8_is_close_to_float32(exports, cli_exports, market_dir):
 
 
 def test_test_mode_measures_the_exported_models(trained, cli_exports,
-                                                market_dir):
+                                                market_dir, tmp_path):
     checkpoint, _ = trained
     onnx, int8_onnx, int8 = cli_exports
     # in this process: the entry point passes --restore_path and --backend
@@ -206,6 +220,16 @@ def test_test_mode_measures_the_exported_models(trained, cli_exports,
     assert abs(numbers["int8 onnx"]["mAP"] - numbers["checkpoint"]["mAP"]) \
         <= 0.03, numbers
     assert numbers["checkpoint"]["rank-1"] > 0.2  # far from chance (0.1)
+    # the OpenVINO int8 model keeps its bound on processors without VNNI
+    json_path = tmp_path / "int8_without_vnni.json"
+    result = run_script("train_market1501.py", "--mode=test",
+                        f"--dataset_dir={market_dir}", f"--restore_path={int8}",
+                        f"--output_json={json_path}", env=WITHOUT_VNNI)
+    assert result.returncode == 0, result.stderr[-3000:]
+    without_vnni = json.loads(json_path.read_text())
+    for key in ("rank-1", "mAP"):
+        assert abs(without_vnni[key] - numbers["checkpoint"][key]) <= 0.02, \
+            (key, without_vnni[key], numbers["checkpoint"][key])
 
 
 # Bad input ----------------------------------------------------------------
@@ -260,6 +284,24 @@ def test_corrupt_or_foreign_models_and_unknown_backends_are_one_line(
     bad_xml.write_text("<net><layers>")
     with pytest.raises(UsageError, match="OpenVINO cannot load it"):
         encoder_lib.load(str(bad_xml))
+    # an IR whose .bin is missing, cut short or another model's: the
+    # reason, not the source file OpenVINO raised it in
+    xml = exports[1]
+    weights = open(xml[:-4] + ".bin", "rb").read()
+    int8_bin = tmp_path / "int8.bin"
+    for name, data, reason in (
+            ("missing", None, "bin file cannot be found"),
+            ("truncated", weights[:100000], "Incorrect weights in bin file"),
+            ("other", _other_model_weights(tmp_path), "")):
+        shutil.copy(xml, tmp_path / f"{name}.xml")
+        if data is not None:
+            (tmp_path / f"{name}.bin").write_bytes(data)
+        with pytest.raises(UsageError) as error:
+            encoder_lib.load(str(tmp_path / f"{name}.xml"))
+        message = str(error.value)
+        assert "OpenVINO cannot load it: " in message and reason in message
+        assert "Exception from" not in message and "\n" not in message
+        assert "the .bin written with it" in message
     with pytest.raises(UsageError, match="--backend=onnxruntime cannot run"):
         encoder_lib.load(exports[1], backend="onnxruntime")
     with pytest.raises(UsageError, match="--backend=tensorrt: expected"):
@@ -278,6 +320,13 @@ def test_corrupt_or_foreign_models_and_unknown_backends_are_one_line(
         helper.make_opsetid("", 17)]), foreign)
     with pytest.raises(UsageError, match="its input is float"):
         encoder_lib.load(foreign)
+
+
+def _other_model_weights(tmp_path):
+    """The .bin of another network (a smaller input, fewer weights)."""
+    small = network_definition.create_encoder((64, 32, 3))
+    deploy.write_openvino(small, str(tmp_path / "small.xml"), (64, 32, 3))
+    return (tmp_path / "small.bin").read_bytes()
 
 
 def test_deploy_exports_never_replace_other_files(trained, exports,

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 from cosine_metric_learning import queued_trainer, training
-from cosine_metric_learning.errors import TrainingError
+from cosine_metric_learning.errors import INTERRUPTED, TrainingError
 from tests.conftest import ENV, ROOT, run_script, small_config
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 
@@ -83,6 +83,31 @@ def test_signal_saves_the_current_step_and_the_rerun_continues(
         market_dir, tmp_path, f"--number_of_steps={step + 1}")[2:])
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"(step {step})" in result.stderr
+
+
+@pytest.mark.parametrize("mode, waits_for", [
+    (["--mode=test", "--batch_size=1", "--flip_test"], "Encoding"),
+    (["--mode=onnx", "--int8", "--calibration_images=200"],
+     "Calibrating int8")])
+def test_ctrl_c_in_test_or_export_is_one_line(market_dir, trained, tmp_path,
+                                              mode, waits_for):
+    output = tmp_path / "m_int8.onnx"
+    run = _Process([sys.executable, "train_market1501.py", *mode,
+                    f"--dataset_dir={market_dir}",
+                    f"--restore_path={trained[0]}",
+                    f"--output_json={tmp_path / 'test.json'}"
+                    if mode[0] == "--mode=test" else f"--output={output}"])
+    try:
+        run.wait_for(waits_for)
+        run.process.send_signal(signal.SIGINT)
+        assert run.process.wait(60) == 130, run.text()[-3000:]
+    finally:
+        run.process.kill()
+    log = run.text()
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+    assert [line for line in log.splitlines() if line.startswith("error:")] \
+        == [INTERRUPTED], log[-3000:]
+    assert os.listdir(tmp_path) == []  # no output, whole or half
 
 
 def _producers_gone(log):

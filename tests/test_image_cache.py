@@ -69,7 +69,12 @@ def test_the_memory_limit_is_one_line_before_any_work(market_dir, tmp_path):
     message = str(error.value)
     assert "GB at 128x64, more than --cache_max_gb=0.001" in message
     assert "\n" not in message
-    assert not glob.glob(os.path.join(config.run_dir, "ckpt-*"))
+    # nothing of the run is written: no run.json pins its settings
+    assert not os.path.exists(config.run_dir)
+    # so the same --run_id trains with another loss afterwards
+    other = small_config(market_dir, tmp_path, loss_mode="cosine-softmax",
+                         number_of_steps=1)
+    assert training.train(MARKET, other).step == 1
 
 
 @pytest.mark.slow

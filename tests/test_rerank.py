@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from cosine_metric_learning import metrics, rerank
+from tests.conftest import run_script
 from tests.reference import rerank_reference
 
 
@@ -18,12 +19,16 @@ def _clusters(seed, num_ids=6, per_id=8, dim=8):
 def test_rerank_equals_a_dense_reference(metric):
     features, _ = _clusters(3)
     query, gallery = features[::4], np.delete(features, np.s_[::4], axis=0)
-    for k1, k2, lambda_value in ((5, 3, 0.3), (20, 6, 0.3), (4, 1, 0.0)):
-        result = rerank.k_reciprocal(query, gallery, metric, k1, k2,
-                                     lambda_value, block_size=5)
+    for k1, k2, lambda_value in ((5, 3, 0.3), (20, 6, 0.3), (4, 1, 0.0),
+                                 (47, 6, 0.3)):
         expected = rerank_reference(query, gallery, metric, k1, k2,
                                     lambda_value)
-        np.testing.assert_allclose(result, expected, rtol=0, atol=1e-9)
+        # in blocks as large as the memory allows, and of one row each
+        for max_block_elements in (rerank.MAX_BLOCK_ELEMENTS, 1):
+            result = rerank.k_reciprocal(
+                query, gallery, metric, k1, k2, lambda_value, block_size=5,
+                max_block_elements=max_block_elements)
+            np.testing.assert_allclose(result, expected, rtol=0, atol=1e-9)
 
 
 def test_rerank_puts_the_mutual_neighbours_first():
@@ -59,3 +64,27 @@ def test_rerank_refuses_bad_parameters():
         with pytest.raises(ValueError, match="expected k1 >= 1"):
             rerank.k_reciprocal(features[:3], features[3:], "cosine", k1, k2,
                                 lambda_value)
+    # k1 must leave a point out of the 48 (k1=400 and 100000 held arrays of
+    # 17 GB and 159 GB)
+    for k1 in (48, 400, 100000):
+        with pytest.raises(ValueError, match=f"k1={k1}: expected less than "
+                           "the 48 query and gallery entries"):
+            rerank.k_reciprocal(features[:3], features[3:], "cosine", k1)
+
+
+def test_rerank_memory_does_not_grow_with_k1():
+    """The largest k1 allowed on 600 points, in a process of its own: its
+    peak memory stays within 250 MB of the process's baseline
+    (the Q x G matrices here are tiny)."""
+    result = run_script("-c", """
+import resource
+import numpy as np
+from cosine_metric_learning import rerank
+features = np.random.default_rng(0).normal(size=(600, 16))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rerank.k_reciprocal(features[:100], features[100:], "cosine", k1=599,
+                    max_block_elements=1 << 20)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((after - before) / 1024)""")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert float(result.stdout.split()[-1]) < 250, result.stdout

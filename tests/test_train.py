@@ -8,11 +8,12 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from cosine_metric_learning import checkpoints, losses, training
+from cosine_metric_learning import checkpoints, losses, summaries, training
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.datasets import market1501, mars
 from cosine_metric_learning.datasets.spec import DatasetSpec
-from tests.conftest import small_config
+from cosine_metric_learning.nets.deep_sort import network_definition
+from tests.conftest import run_script, small_config
 from tests.reference import restored_encoder
 
 pytestmark = pytest.mark.slow
@@ -90,6 +91,101 @@ def test_each_loss_mode_trains_and_writes_checkpoint_and_summaries(
     tags = acc.Tags()["tensors"]
     assert "input_batch" in tags and "conv1_1_filters" in tags
     assert "activations/conv4_3_add" in tags
+    if loss_mode == "triplet":
+        _check_images_and_histograms(acc, config.batch_size)
+
+
+def _check_images_and_histograms(acc, batch_size):
+    """The event file's input images, filters and activation histograms:
+    each histogram counts a sample of at most HISTOGRAM_VALUES values of
+    its layer at the summary's step (all of a smaller layer's)."""
+    for tag, count in (("input_batch", summaries.SUMMARY_IMAGES),
+                       ("conv1_1_filters", 32)):
+        # an image summary is [width, height, PNG, PNG, ...]
+        images = tf.make_ndarray(acc.Tensors(tag)[-1].tensor_proto)
+        assert len(images) == 2 + count, (tag, len(images))
+    sizes = {"conv1_1_elu": 128 * 64 * 32, "fc1_elu": 128}
+    for name in network_definition.ACTIVATION_LAYERS:
+        events = acc.Tensors(f"activations/{name}")
+        assert [e.step for e in events] == [1, 3]
+        buckets = tf.make_ndarray(events[-1].tensor_proto)  # [left, right, n]
+        expected = min(summaries.HISTOGRAM_VALUES,
+                       batch_size * sizes.get(name, 10 ** 9))
+        assert buckets[:, 2].sum() == pytest.approx(expected), name
+        assert buckets[0, 0] < buckets[-1, 1]
+
+
+def test_only_a_summary_step_returns_images_and_activations(market_dir):
+    """An ordinary step returns its scalars only; the summary step a few
+    images and a sample of each activation, drawn from all of its values."""
+    from cosine_metric_learning import model as model_lib
+    model = model_lib.create_model(MARKET, "cosine-softmax")
+    optimizer = model_lib.create_optimizer(1e-3)
+    step = tf.Variable(0, dtype=tf.int64)
+    images = tf.random.uniform((16, 128, 64, 3), seed=1)
+    labels = tf.constant(np.repeat(np.arange(4), 4), tf.int64)
+    plain = tf.function(model_lib.make_train_step(
+        model, optimizer, "cosine-softmax", step))(images, labels)
+    assert set(plain) == {"scalars"}
+    result = tf.function(model_lib.make_train_step(
+        model, optimizer, "cosine-softmax", step, summaries=True))(images,
+                                                                    labels)
+    assert result["images"].shape == (summaries.SUMMARY_IMAGES, 128, 64, 3)
+    for name, values in result["activations"].items():
+        size = 16 * int(np.prod(model.encoder.get_layer(name).output.shape[1:]))
+        assert values.shape == (min(size, summaries.HISTOGRAM_VALUES),), name
+    assert int(step.numpy()) == 2
+
+
+def test_a_histogram_sample_follows_the_values_it_is_drawn_from():
+    values = tf.reshape(tf.range(1 << 20, dtype=tf.float32), (16, 256, 256))
+    sample = summaries.sample_values(values).numpy()
+    assert sample.shape == (summaries.HISTOGRAM_VALUES,)
+    assert np.isin(sample, values.numpy()).all()
+    # uniform over all values: the sample's deciles are the values' (a
+    # sample of the first images or a stride would not be)
+    deciles = np.percentile(sample, np.arange(10, 100, 10)) / (1 << 20)
+    np.testing.assert_allclose(deciles, np.arange(0.1, 1.0, 0.1), atol=0.01)
+    small = tf.ones((3, 5))
+    assert summaries.sample_values(small).shape == (15,)
+
+
+def test_summaries_of_a_large_activation_take_little_memory(tmp_path):
+    """The histograms of a 33.5 M-value activation (conv1_1_elu at batch
+    128), in a process of its own: the summary path's peak memory stays
+    within a few hundred MB of the process's baseline (TensorFlow's
+    histogram of all values took 8.4 GB), and the event file holds them."""
+    result = run_script("-c", f"""
+import resource
+import numpy as np
+import tensorflow as tf
+from cosine_metric_learning import summaries
+activation = tf.random.normal((128, 128, 64, 32))
+kernel = tf.random.normal((3, 3, 3, 32))
+images = tf.random.uniform((8, 128, 64, 3))
+writer = tf.summary.create_file_writer({str(tmp_path)!r})
+summaries.write_summaries(writer, 0, {{"scalars": {{}}, "images": images,
+    "activations": {{"small": summaries.sample_values(tf.ones(10))}}}}, {{}},
+    kernel)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = {{"scalars": {{"losses/total_loss": 1.0}}, "images": images,
+          "activations": {{name: summaries.sample_values(activation)
+                          for name in ("a", "b", "c")}}}}
+summaries.write_summaries(writer, 1, result, {{}}, kernel)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((after - before) / 1024)""")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert float(result.stdout.split()[-1]) < 300, result.stdout
+    acc = event_accumulator.EventAccumulator(
+        str(tmp_path), size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    for name in ("a", "b", "c"):
+        (event,) = acc.Tensors(f"activations/{name}")
+        buckets = tf.make_ndarray(event.tensor_proto)
+        assert buckets[:, 2].sum() == summaries.HISTOGRAM_VALUES
+        # drawn from a standard normal: about its range
+        assert buckets[0, 0] < -3 and buckets[-1, 1] > 3
+    assert {"input_batch", "conv1_1_filters"} <= set(acc.Tags()["tensors"])
 
 
 def test_rerun_continues_from_the_latest_checkpoint(market_dir, tmp_path):

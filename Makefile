@@ -90,6 +90,7 @@ benchmark: install
 	$(PY) benchmarks/metrics.py
 	$(PY) benchmarks/encoder.py
 	$(PY) benchmarks/mixed_precision.py
+	$(PY) benchmarks/summaries.py
 	$(PY) benchmarks/learning.py
 
 clean:

@@ -18,6 +18,7 @@ from absl import flags
 from cosine_metric_learning import cli, settings
 from cosine_metric_learning.datasets import image_folder
 from cosine_metric_learning.datasets.spec import DatasetSpec
+from cosine_metric_learning.nets.deep_sort import network_definition
 
 DATASET = DatasetSpec(
     name="custom", num_classes=0, read_train=None,
@@ -25,9 +26,7 @@ DATASET = DatasetSpec(
 
 
 def define_flags():
-    flags.DEFINE_string("image_shape", "128,64",
-                        "HEIGHT,WIDTH of the network input; images are "
-                        "resized to it.")
+    cli.define_image_shape_flag()
     flags.DEFINE_enum("layout", "auto", list(image_folder.LAYOUTS),
                       "How identities are laid out in --dataset_dir.")
     flags.DEFINE_string("camera_regex", None,
@@ -37,7 +36,8 @@ def define_flags():
 
 def make_dataset(template, values):
     """The dataset as the parsed flags describe it."""
-    shape = settings.parse_image_shape(values.image_shape)
+    shape = (settings.parse_image_shape(values.image_shape)
+             if values.image_shape else network_definition.IMAGE_SHAPE)
 
     @functools.lru_cache(maxsize=None)
     def read_train(dataset_dir):

@@ -23,10 +23,14 @@ calibration).
 import argparse
 import glob
 import os
+import sys
 import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# the checkout's root: the tests' weight spreader
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
 
 import numpy as np
 import tensorflow as tf
@@ -36,6 +40,7 @@ from cosine_metric_learning import checkpoints, deploy, export
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning.datasets import synthetic
 from cosine_metric_learning.nets.deep_sort import network_definition
+from tests.reference import spread_kernels
 
 SHAPE = network_definition.IMAGE_SHAPE
 BASELINE = "TF frozen graph, Session (Deep SORT)"
@@ -127,7 +132,7 @@ def main(argv=None):
     if args.restore_path:
         encoder, _ = checkpoints.load_encoder(args.restore_path, SHAPE)
     else:
-        encoder = network_definition.spread_kernels(
+        encoder = spread_kernels(
             network_definition.create_encoder(), seed=0)
 
     with tempfile.TemporaryDirectory() as tmp:

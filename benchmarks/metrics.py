@@ -127,7 +127,7 @@ def main(argv=None):
     timings = {}
     for dtype in (tf.float64, tf.float32):
         t_dist, distances = best_of(
-            lambda: metrics.distance_matrix(q, g, "cosine", dtype))
+            lambda: metrics.distance_matrix(q, g, dtype))
         t_count, counted = best_of(lambda: metrics.evaluate_ranking(
             distances, q_ids, g_ids, q_cams, g_cams))
         t_sort, by_sort = best_of(lambda: sort_every_row(
@@ -165,9 +165,9 @@ def time_rerank(q, g, q_ids, g_ids, q_cams, g_cams):
     from absl import logging
     logging.set_verbosity(logging.INFO)  # its progress lines
     before = metrics.evaluate_ranking(metrics.distance_matrix(
-        q, g, "cosine", tf.float64), q_ids, g_ids, q_cams, g_cams)
+        q, g, tf.float64), q_ids, g_ids, q_cams, g_cams)
     start = time.perf_counter()
-    distances = rerank.k_reciprocal(q, g, "cosine")
+    distances = rerank.k_reciprocal(q, g)
     seconds = time.perf_counter() - start
     after = metrics.evaluate_ranking(distances, q_ids, g_ids, q_cams, g_cams)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20

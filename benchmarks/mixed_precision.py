@@ -11,16 +11,20 @@ their cosine::
 
 import argparse
 import os
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# the checkout's root: the tests' weight spreader
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
 
 import numpy as np
 import tensorflow as tf
 
 from cosine_metric_learning import model as model_lib
 from cosine_metric_learning.datasets.spec import MARKET1501 as DATASET
-from cosine_metric_learning.nets.deep_sort import network_definition
+from tests.reference import spread_kernels
 
 
 def main(argv=None):
@@ -59,7 +63,7 @@ def main(argv=None):
 
     # Glorot-scaled kernels: a freshly initialised net maps every image to
     # nearly the same feature, which would agree trivially
-    network_definition.spread_kernels(models["none"].encoder, seed=1)
+    spread_kernels(models["none"].encoder, seed=1)
     models["bf16"].encoder.set_weights(models["none"].encoder.get_weights())
     a = models["none"].encoder(images, training=False).numpy()
     b = models["bf16"].encoder(images, training=False).numpy()

@@ -16,7 +16,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from cosine_metric_learning import checkpoints, deploy, export
-from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning.errors import ArgumentError, first_line
 
 TENSORFLOW, ONNXRUNTIME, OPENVINO = "tensorflow", "onnxruntime", "openvino"
 NAMES = ("auto", TENSORFLOW, ONNXRUNTIME, OPENVINO)
@@ -32,18 +32,22 @@ class Backend:
     feature_dim: int
     name: str
     keep_alive: Any = None  # what ``run`` needs alive (a loaded model)
+    source: str = ""  # the file it was loaded from (a checkpoint's prefix)
 
 
-def model_format(path, flag="--model"):
+def model_format(path):
     """``"frozen"``, ``"saved_model"``, ``"onnx"``, ``"openvino"`` or
     ``"checkpoint"`` (a prefix or a folder of them), from the path."""
+    if path is None:
+        raise ArgumentError("path", path, "expected a model file or folder, "
+                            "a checkpoint or a training run's folder")
     if os.path.isdir(path) and tf.saved_model.contains_saved_model(path):
         return "saved_model"
     extension = os.path.splitext(path)[1].lower()
     formats = {".pb": "frozen", ".onnx": "onnx", ".xml": "openvino"}
     if extension in formats:
         if not os.path.isfile(path):
-            raise UsageError(f"{flag}={path}: no such file")
+            raise ArgumentError("path", path, "no such file")
         return formats[extension]
     return "checkpoint"
 
@@ -54,55 +58,66 @@ RUNS_ON = {"frozen": (TENSORFLOW,), "saved_model": (TENSORFLOW,),
            "openvino": (OPENVINO,)}
 
 
-def resolve(path, backend, flag="--model"):
+def resolve(path, backend):
     """``(format, backend)`` of the model at ``path``: ``"auto"`` becomes
-    the format's default runtime; UsageError for an unknown backend or one
-    that cannot run the format."""
+    the format's default runtime; ArgumentError for an unknown backend or
+    one that cannot run the format."""
     if backend not in NAMES:
-        raise UsageError(f"--backend={backend}: expected one of "
-                         f"{', '.join(NAMES)}")
-    fmt = model_format(path, flag)
+        raise ArgumentError("backend", backend,
+                            f"expected one of {', '.join(NAMES)}")
+    fmt = model_format(path)
     if backend == "auto":
         backend = RUNS_ON[fmt][0]
     if backend not in RUNS_ON[fmt]:
-        raise UsageError(f"--backend={backend} cannot run {path} (a {fmt} "
-                         f"model); it runs on {' or '.join(RUNS_ON[fmt])}")
+        raise ArgumentError("backend", backend,
+                            f"cannot run {path} (a {fmt} model); it runs "
+                            f"on {' or '.join(RUNS_ON[fmt])}")
     return fmt, backend
 
 
-def load(path, backend, image_shape, openvino_config=None, flag="--model"):
+def load(path, backend, image_shape=None, openvino_config=None):
     """A :class:`Backend` for the model at ``path`` (see
-    :func:`encoder.load`); ``flag`` names where the path came from, for
-    the messages."""
-    fmt, backend = resolve(path, backend, flag)
-    if fmt == "frozen":
-        return _frozen_graph(path, flag)
-    if fmt == "saved_model":
-        return _saved_model(path, flag)
+    :func:`encoder.load`); ``image_shape`` is for checkpoints (None: the
+    run's, see :func:`checkpoints.load_encoder`)."""
+    fmt, backend = resolve(path, backend)
     if fmt == "checkpoint":
-        encoder, _ = checkpoints.load_encoder(path, image_shape, flag)
-        return Backend(export.inference_function(encoder, image_shape),
-                       tuple(image_shape), encoder.output_shape[-1],
-                       TENSORFLOW, encoder)
-    if backend == ONNXRUNTIME:
-        return _onnxruntime(path, flag)
-    return _openvino(path, flag, OPENVINO_FLOAT32 if openvino_config is None
-                     else openvino_config)
+        encoder, prefix = checkpoints.load_encoder(path, image_shape)
+        shape = tuple(encoder.input_shape[1:])
+        return Backend(export.inference_function(encoder, shape), shape,
+                       encoder.output_shape[-1], TENSORFLOW, encoder, prefix)
+    if fmt == "frozen":
+        loaded = _frozen_graph(path)
+    elif fmt == "saved_model":
+        loaded = _saved_model(path)
+    elif backend == ONNXRUNTIME:
+        loaded = _onnxruntime(path)
+    else:
+        loaded = _openvino(path, OPENVINO_FLOAT32 if openvino_config is None
+                           else openvino_config)
+    if image_shape is not None and tuple(image_shape[:2]) != \
+            loaded.image_shape[:2]:
+        raise ArgumentError("image_shape", tuple(image_shape),
+                            f"the model {path} takes patches of "
+                            f"{loaded.image_shape[0]}x"
+                            f"{loaded.image_shape[1]}; leave it out to use "
+                            "that")
+    loaded.source = path
+    return loaded
 
 
-def _frozen_graph(path, flag):
+def _frozen_graph(path):
     graph_def = graph_pb2.GraphDef()
     try:
         with open(path, "rb") as f:
             graph_def.ParseFromString(f.read())
     except Exception as e:  # a protobuf DecodeError
-        raise UsageError(f"{flag}={path}: not a frozen TensorFlow graph "
-                         f"({type(e).__name__})") from e
+        raise ArgumentError("path", path, "not a frozen TensorFlow graph "
+                            f"({type(e).__name__})") from e
     names = {node.name: node for node in graph_def.node}
     if export.INPUT_NAME not in names or export.OUTPUT_NAME not in names:
-        raise UsageError(f"{flag}={path}: expected a graph with an "
-                         f"'{export.INPUT_NAME}' input and a "
-                         f"'{export.OUTPUT_NAME}' output")
+        raise ArgumentError("path", path, "expected a graph with an "
+                            f"'{export.INPUT_NAME}' input and a "
+                            f"'{export.OUTPUT_NAME}' output")
     shape = [d.size for d in
              names[export.INPUT_NAME].attr["shape"].shape.dim][1:]
 
@@ -115,20 +130,19 @@ def _frozen_graph(path, flag):
         return features
 
     feature_dim = run.get_concrete_function().structured_outputs.shape[-1]
-    return Backend(run, _check_shape(path, flag, shape), feature_dim,
-                   TENSORFLOW)
+    return Backend(run, _check_shape(path, shape), feature_dim, TENSORFLOW)
 
 
-def _saved_model(path, flag):
+def _saved_model(path):
     if not os.path.isdir(os.path.join(path, "variables")):
-        raise UsageError(f"{flag}={path}: the SavedModel has no variables/ "
-                         "folder beside its saved_model.pb (copy the whole "
-                         "folder)")
+        raise ArgumentError("path", path, "the SavedModel has no variables/ "
+                            "folder beside its saved_model.pb (copy the "
+                            "whole folder)")
     try:
         model = tf.saved_model.load(path)
     except (OSError, ValueError, tf.errors.OpError) as e:
-        raise UsageError(f"{flag}={path}: TensorFlow cannot load the "
-                         f"SavedModel ({first_line(e)})") from e
+        raise ArgumentError("path", path, "TensorFlow cannot load the "
+                            f"SavedModel ({first_line(e)})") from e
     serve = model.signatures["serving_default"]
     spec = serve.structured_input_signature[1][export.SAVED_MODEL_INPUT]
     feature_dim = serve.structured_outputs[export.OUTPUT_NAME].shape[-1]
@@ -136,23 +150,24 @@ def _saved_model(path, flag):
     def run(images):
         return serve(**{export.SAVED_MODEL_INPUT: images})[export.OUTPUT_NAME]
 
-    return Backend(run, _check_shape(path, flag, spec.shape[1:]),
-                   feature_dim, TENSORFLOW, model)
+    return Backend(run, _check_shape(path, spec.shape[1:]), feature_dim,
+                   TENSORFLOW, model)
 
 
-def _check_shape(path, flag, shape, dtype="uint8"):
-    """The model's ``(H, W, 3)``; UsageError unless it takes uint8 NHWC."""
+def _check_shape(path, shape, dtype="uint8"):
+    """The model's ``(H, W, 3)``; ArgumentError unless it takes uint8
+    NHWC."""
     shape = tuple(shape)
     if (dtype != "uint8" or len(shape) != 3 or shape[2] != 3 or
             not all(isinstance(d, int) and d > 0 for d in shape)):
-        raise UsageError(f"{flag}={path}: its input is {dtype} "
-                         f"(N,) + {shape}; expected a model exported by this "
-                         "project: uint8 BGR (N, H, W, 3) patches")
+        raise ArgumentError("path", path, f"its input is {dtype} (N,) + "
+                            f"{shape}; expected a model exported by this "
+                            "project: uint8 BGR (N, H, W, 3) patches")
     return shape
 
 
-def _onnxruntime(path, flag):
-    ort = deploy.require("onnxruntime", f"{flag}={path}")
+def _onnxruntime(path):
+    ort = deploy.require("onnxruntime", f"the ONNX model {path}")
     try:
         # CUDA where this is onnxruntime-gpu on a GPU machine
         available = ort.get_available_providers()
@@ -160,17 +175,17 @@ def _onnxruntime(path, flag):
             p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
             if p in available])
     except Exception as e:  # onnxruntime's own exception types
-        raise UsageError(f"{flag}={path}: ONNX Runtime cannot load it "
-                         f"({first_line(e)})") from e
+        raise ArgumentError("path", path, "ONNX Runtime cannot load it "
+                            f"({first_line(e)})") from e
     inputs, outputs = session.get_inputs(), session.get_outputs()
     if [i.name for i in inputs] != [export.INPUT_NAME] or \
             export.OUTPUT_NAME not in [o.name for o in outputs]:
-        raise UsageError(f"{flag}={path}: expected an ONNX model with an "
-                         f"'{export.INPUT_NAME}' input and a "
-                         f"'{export.OUTPUT_NAME}' output, found inputs "
-                         f"{[i.name for i in inputs]}")
+        raise ArgumentError("path", path, "expected an ONNX model with an "
+                            f"'{export.INPUT_NAME}' input and a "
+                            f"'{export.OUTPUT_NAME}' output, found inputs "
+                            f"{[i.name for i in inputs]}")
     dtype = inputs[0].type.replace("tensor(", "").rstrip(")")
-    shape = _check_shape(path, flag, inputs[0].shape[1:], dtype)
+    shape = _check_shape(path, inputs[0].shape[1:], dtype)
     feature_dim = [o for o in outputs
                    if o.name == export.OUTPUT_NAME][0].shape[-1]
 
@@ -181,24 +196,24 @@ def _onnxruntime(path, flag):
     return Backend(run, shape, int(feature_dim), ONNXRUNTIME, session)
 
 
-def _openvino(path, flag, config):
-    ov = deploy.require("openvino", f"{flag}={path}")
+def _openvino(path, config):
+    ov = deploy.require("openvino", f"the OpenVINO model {path}")
     try:
         compiled = ov.Core().compile_model(path, "CPU", config)
     except RuntimeError as e:
         hint = ("; an IR is the .xml and the .bin written with it, side by "
                 "side" if path.lower().endswith(".xml") else "")
-        raise UsageError(f"{flag}={path}: OpenVINO cannot load it: "
-                         f"{_openvino_reason(e)}{hint}") from e
+        raise ArgumentError("path", path, "OpenVINO cannot load it: "
+                            f"{_openvino_reason(e)}{hint}") from e
     names = [name for port in compiled.inputs for name in port.get_names()]
     if export.INPUT_NAME not in names or len(compiled.inputs) != 1:
-        raise UsageError(f"{flag}={path}: expected a model with one "
-                         f"'{export.INPUT_NAME}' input, found {names}")
+        raise ArgumentError("path", path, "expected a model with one "
+                            f"'{export.INPUT_NAME}' input, found {names}")
     port = compiled.input(0)
     shape = port.get_partial_shape()
     dims = tuple(d.get_length() if d.is_static else None for d in shape)
     dtype = port.get_element_type().to_string().replace("u8", "uint8")
-    shape = _check_shape(path, flag, dims[1:], dtype)
+    shape = _check_shape(path, dims[1:], dtype)
     output = compiled.output(0)
     feature_dim = int(output.get_partial_shape()[-1].get_length())
     if str(config.get("PERFORMANCE_HINT", "")).upper() == "THROUGHPUT":

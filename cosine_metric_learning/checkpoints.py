@@ -7,7 +7,9 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning import run_settings
+from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.nets.deep_sort import network_definition
 
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
@@ -51,22 +53,21 @@ def verify(prefix):
     return values
 
 
-def resolve_checkpoint(path, flag="--restore_path"):
-    """A checkpoint prefix from a prefix or a directory; UsageError if none.
-
-    ``flag`` names the setting the path came from, for the message.
-    """
+def resolve_checkpoint(path):
+    """A checkpoint prefix from a prefix or a directory; ArgumentError if
+    none."""
     if path is None:
-        raise UsageError(f"{flag} is required: the checkpoint to use")
+        raise ArgumentError("path", path, "expected a checkpoint prefix or "
+                            "a folder of checkpoints")
     if os.path.isdir(path):
         latest = tf.train.latest_checkpoint(path)
         if latest is None:
-            raise UsageError(f"{flag}={path}: the directory holds no "
-                             "checkpoint")
+            raise ArgumentError("path", path, "the directory holds no "
+                                "checkpoint")
         return latest
     if not tf.io.gfile.exists(path + ".index"):
-        raise UsageError(f"{flag}={path}: no such checkpoint "
-                         f"(expected {path}.index)")
+        raise ArgumentError("path", path, "no such checkpoint (expected "
+                            f"{path}.index)")
     return path
 
 
@@ -130,8 +131,9 @@ def _check_shapes(path, shape_map, objects):
     for name, obj in objects.items():
         for variable in getattr(obj, "weights", []):  # not RNG states
             if tuple(variable.shape) not in shapes:
-                hint = ("; was it trained at another input size? Pass the "
-                        "--image_shape it was trained with"
+                hint = ("; was it trained at another input size? No "
+                        "run.json beside it records the size: give it as "
+                        "image_shape (train_custom.py: --image_shape)"
                         if name == "encoder" else "")
                 raise UsageError(
                     f"checkpoint {path} does not match the {name}: it holds "
@@ -139,25 +141,31 @@ def _check_shapes(path, shape_map, objects):
                     f"{getattr(variable, 'path', variable.name)}{hint}")
 
 
-def load_encoder(path, image_shape, flag="--restore_path"):
-    """An encoder for ``image_shape`` with the weights of a checkpoint.
+def load_encoder(path, image_shape=None):
+    """The encoder of a checkpoint, with its weights.
 
     ``path`` is a checkpoint prefix or a folder of checkpoints (the latest
-    is used); ``flag`` names where it came from, for the messages.
+    is used). The input shape is the one the run was trained at (its
+    ``run.json``, :func:`run_settings.input_shape`); ``image_shape``
+    ``(H, W, 3)``, if given, must agree with it, and is the shape for a
+    checkpoint without a run description (default 128x64).
 
     Returns
     -------
     (keras.Model, str)
         The encoder and the checkpoint prefix it was loaded from.
     """
-    prefix = resolve_checkpoint(path, flag)
-    encoder = network_definition.create_encoder(tuple(image_shape))
+    prefix = resolve_checkpoint(path)
+    shape = run_settings.input_shape(run_settings.describe(prefix),
+                                     image_shape)
+    encoder = network_definition.create_encoder(shape)
     restore(prefix, encoder=encoder)
     return encoder, prefix
 
 
 def warm_start(model, path, restore_classifier):
-    """Initialise a new run's encoder (and classifier) from a checkpoint."""
+    """Initialise a new run's encoder (and classifier) from a checkpoint
+    (``path``: a prefix or a folder of checkpoints)."""
     path = resolve_checkpoint(path)
     objects = {"encoder": model.encoder}
     if restore_classifier and model.classifier is not None:

@@ -19,10 +19,11 @@ from absl import app, flags
 
 from cosine_metric_learning import backends, checkpoints, deploy, evaluator
 from cosine_metric_learning import export, files
-from cosine_metric_learning import kit_features, protocol, rerank, settings
-from cosine_metric_learning import training
+from cosine_metric_learning import kit_features, protocol, rerank
+from cosine_metric_learning import run_settings, settings, training
 from cosine_metric_learning.errors import INTERRUPTED, INTERRUPTED_STATUS
-from cosine_metric_learning.errors import TrainingError, UsageError
+from cosine_metric_learning.errors import ArgumentError, TrainingError
+from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.errors import parse_flags
 
 FLAGS = flags.FLAGS
@@ -117,9 +118,8 @@ def define_flags(dataset):
     flags.DEFINE_float("rerank_lambda", rerank.LAMBDA, "test --rerank: the "
                        "weight of the original distance beside the Jaccard "
                        "distance.")
-    flags.DEFINE_enum("backend", "auto", backends.NAMES, "test: the runtime "
-                      "of an exported --restore_path (.onnx: onnxruntime "
-                      "or openvino).")
+    define_backend_flag("test, export: the runtime of an exported "
+                        "--restore_path")
     # --mode=export
     flags.DEFINE_enum("format", "kit", kit_features.FORMATS, "export: kit "
                       "(the official kits' feature files) or pytorch_result "
@@ -144,6 +144,36 @@ def define_flags(dataset):
                          "(spread evenly over the set).")
 
 
+def define_backend_flag(purpose):
+    """``--backend``, for the entry points and the encode command."""
+    flags.DEFINE_enum("backend", "auto", backends.NAMES, f"{purpose}: auto "
+                      "(tensorflow for TensorFlow formats, onnxruntime for "
+                      ".onnx, openvino for .xml), or onnxruntime or openvino "
+                      "for .onnx.")
+
+
+def define_image_shape_flag():
+    """``--image_shape``, for ``train_custom.py`` and the encode command."""
+    flags.DEFINE_string("image_shape", None, "HEIGHT,WIDTH of the network "
+                        "input, e.g. 96,48; images are resized to it. "
+                        "Default: a run's own (its run.json; exported models "
+                        "carry theirs), else 128,64. Given, it must agree "
+                        "with the run's.")
+
+
+# the flags the library's arguments come from, for its messages
+FLAG_NAMES = {"path": "--restore_path", "backend": "--backend",
+              "image_shape": "--image_shape"}
+
+
+def _requested_shape(dataset):
+    """The input shape the command line asks for, None if it leaves it to
+    the run (only ``train_custom.py`` has ``--image_shape``)."""
+    if "image_shape" in FLAGS and FLAGS.image_shape is not None:
+        return tuple(dataset.image_shape)
+    return None
+
+
 def config_from_flags(config_class):
     """A TrainConfig or EvalConfig with the values of the flags."""
     values = {field.name: FLAGS[field.name].value
@@ -161,7 +191,13 @@ def restore_path_from_flags():
 
 
 def _train(dataset):
-    result = training.train(dataset, config_from_flags(settings.TrainConfig))
+    config = config_from_flags(settings.TrainConfig)
+    run = run_settings.describe(config.run_dir) if os.path.isdir(
+        config.run_dir) else None
+    if run is not None and _requested_shape(dataset) is None:
+        # continuing a run: its input shape need not be repeated
+        dataset = dataclasses.replace(dataset, image_shape=run.image_shape)
+    result = training.train(dataset, config)
     if result.signal is not None:
         print(f"Stopped by {signal.Signals(result.signal).name} at step "
               f"{result.step}; checkpoint {result.checkpoint}",
@@ -175,18 +211,20 @@ def _eval(dataset):
         raise UsageError("--mode=eval needs --run_id: the training run in "
                          "--log_dir to evaluate")
     evaluator.evaluate_checkpoints(dataset,
-                                   config_from_flags(settings.EvalConfig))
+                                   config_from_flags(settings.EvalConfig),
+                                   _requested_shape(dataset))
     return 0
 
 
 def _test(dataset):
     protocol.run_test(
         dataset, restore_path_from_flags(), FLAGS.dataset_dir,
-        FLAGS.loss_mode, batch_size=FLAGS.batch_size,
+        batch_size=FLAGS.batch_size,
         flip_test=FLAGS.flip_test, output_json=FLAGS.output_json,
         rank_image=FLAGS.rank_image, backend=FLAGS.backend,
         rerank_parameters=(FLAGS.rerank_k1, FLAGS.rerank_k2,
-                           FLAGS.rerank_lambda) if FLAGS.rerank else None)
+                           FLAGS.rerank_lambda) if FLAGS.rerank else None,
+        image_shape=_requested_shape(dataset))
     return 0
 
 
@@ -195,13 +233,15 @@ def _export_kit_features(dataset):
         print("wrote " + kit_features.export_pytorch_result(
             dataset, restore_path_from_flags(), FLAGS.dataset_dir,
             FLAGS.output or f"{dataset.name}_pytorch_result.mat",
-            batch_size=FLAGS.batch_size))
+            batch_size=FLAGS.batch_size,
+            image_shape=_requested_shape(dataset)))
         return 0
     output_dir = (FLAGS.sdk_dir if dataset.default_sdk_dir is not None
                   else FLAGS.dataset_dir)
     for path in kit_features.export_features(
             dataset, restore_path_from_flags(), FLAGS.dataset_dir,
-            output_dir, batch_size=FLAGS.batch_size):
+            output_dir, batch_size=FLAGS.batch_size,
+            image_shape=_requested_shape(dataset)):
         print(f"wrote {path}")
     return 0
 
@@ -215,15 +255,17 @@ def _export_model(dataset):
     output = FLAGS.output or default.format(
         name=dataset.name, int8="_int8" if FLAGS.int8 else "")
     check(output)  # before the work: a bad path fails at once
-    options = {}
     if FLAGS.int8:
         deploy.require(INT8_QUANTISERS[FLAGS.mode], "--int8")
+    encoder, path = checkpoints.load_encoder(restore_path_from_flags(),
+                                             _requested_shape(dataset))
+    shape = tuple(encoder.input_shape[1:])
+    options = {}
+    if FLAGS.int8:
         options["calibration"] = deploy.calibration_patches(
             dataset.read_train(FLAGS.dataset_dir).filenames,
-            FLAGS.calibration_images, dataset.image_shape)
-    encoder, path = checkpoints.load_encoder(restore_path_from_flags(),
-                                             dataset.image_shape)
-    print(f"wrote {write(encoder, output, dataset.image_shape, **options)} "
+            FLAGS.calibration_images, shape)
+    print(f"wrote {write(encoder, output, shape, **options)} "
           f"(encoder of {path})")
     return 0
 
@@ -266,6 +308,9 @@ def main(dataset, make_dataset=None, extra_flags=None):
             spec = dataset if make_dataset is None else make_dataset(dataset,
                                                                      FLAGS)
             return run_mode(spec)
+        except ArgumentError as e:
+            print(f"error: {e.for_flags(FLAG_NAMES)}", file=sys.stderr)
+            return 2
         except UsageError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -276,13 +276,11 @@ def calibration_patches(filenames, count, image_shape):
     patches = []
     for index in chosen:
         try:
-            image = preprocessing.read_image(tf.constant(filenames[index]),
-                                             image_shape)
+            patches.append(preprocessing.read_patches([filenames[index]],
+                                                      image_shape)[0])
         except (tf.errors.OpError, ValueError):
             logging.warning("Skipping unreadable calibration image %s",
                             filenames[index])
-            continue
-        patches.append(image.numpy()[..., ::-1])
     if not patches:
         raise UsageError("no readable training image to calibrate with")
     logging.info("Calibrating int8 on %d training images", len(patches))

@@ -8,7 +8,7 @@ the runtime (``.onnx`` runs on ONNX Runtime or OpenVINO).
 
 ``--images`` is a folder (its ``.jpg``, ``.jpeg`` and ``.png`` files) or a
 glob pattern. Each image is read and resized to the model's input size as
-the training pipeline reads it. ``.npy``
+the training pipeline reads it (``preprocessing.read_patches``). ``.npy``
 output writes the features and the file names, one per row, to
 ``<output stem>.filenames.txt`` beside them; ``.mat`` output holds both
 (keys ``features`` and ``filenames``).
@@ -24,11 +24,12 @@ import scipy.io
 import tensorflow as tf
 from absl import app, flags, logging
 
-from cosine_metric_learning import backends
+from cosine_metric_learning import cli
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files, preprocessing, settings
 from cosine_metric_learning.errors import INTERRUPTED, INTERRUPTED_STATUS
-from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.errors import parse_flags
 
 FLAGS = flags.FLAGS
@@ -49,23 +50,25 @@ def list_images(pattern):
     return sorted(paths)
 
 
-def _read_bgr(path, shape):
-    """An image file as uint8 BGR of ``shape``: read, decoded and resized
-    as the training pipeline does (``preprocessing.read_image``)."""
+def _read_patches(paths, shape):
+    """Image files as uint8 BGR patches of ``shape``, read as the training
+    pipeline reads them; UsageError naming the first unreadable one."""
     try:
-        image = preprocessing.read_image(tf.constant(path), shape).numpy()
+        return preprocessing.read_patches(paths, shape)
     except (tf.errors.OpError, ValueError) as e:
-        raise UsageError(f"cannot read image '{path}': {first_line(e)}") \
-            from e
-    return image[..., ::-1]
+        bad = preprocessing.unreadable_files(paths, shape)
+        if not bad:
+            raise
+        index, error = next(iter(bad.items()))
+        raise UsageError(f"cannot read image '{paths[index]}': "
+                         f"{first_line(error)}") from e
 
 
 def encode_files(encoder, paths, batch_size=32, progress_every_secs=5.0):
     """Features of image files, with a progress line now and then."""
     features, start, last = [], time.time(), 0.0
     for i in range(0, len(paths), batch_size):
-        batch = np.stack([_read_bgr(f, encoder.image_shape)
-                          for f in paths[i:i + batch_size]])
+        batch = _read_patches(paths[i:i + batch_size], encoder.image_shape)
         features.append(encoder(batch))
         done = min(i + batch_size, len(paths))
         if time.time() - last >= progress_every_secs or done == len(paths):
@@ -152,12 +155,16 @@ def main(argv):
             raise UsageError(f"--batch_size={FLAGS.batch_size}: expected an "
                              "integer >= 1")
         paths = list_images(FLAGS.images)
-        encoder = encoder_lib.load(
-            FLAGS.model, FLAGS.batch_size,
-            settings.parse_image_shape(FLAGS.image_shape), FLAGS.backend)
+        shape = (settings.parse_image_shape(FLAGS.image_shape)
+                 if FLAGS.image_shape else None)
+        encoder = encoder_lib.load(FLAGS.model, FLAGS.batch_size, shape,
+                                   FLAGS.backend)
         features = encode_files(encoder, paths, FLAGS.batch_size)
         for path in write_features(FLAGS.output, features, paths):
             print(f"wrote {path}")
+    except ArgumentError as e:
+        print(f"error: {e.for_flags(FLAG_NAMES)}", file=sys.stderr)
+        return 2
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -167,22 +174,22 @@ def main(argv):
     return 0
 
 
+# the flags the library's arguments come from, for its messages
+FLAG_NAMES = {"path": "--model", "backend": "--backend",
+              "image_shape": "--image_shape"}
+
+
 def define_flags():
     flags.DEFINE_string("model", None, "A frozen .pb, a SavedModel folder, "
-                        "an .onnx file, an OpenVINO .xml file or a "
-                        "checkpoint.", required=True)
-    flags.DEFINE_enum("backend", "auto", backends.NAMES, "The runtime: auto "
-                      "(tensorflow for TensorFlow formats, onnxruntime for "
-                      ".onnx, openvino for .xml), or onnxruntime/openvino "
-                      "for .onnx.")
+                        "an .onnx file, an OpenVINO .xml file, a checkpoint "
+                        "or a training run's folder.", required=True)
+    cli.define_backend_flag("The runtime of --model")
     flags.DEFINE_string("images", None, "A folder or a glob of image files.",
                         required=True)
     flags.DEFINE_string("output", None, "features.npy or features.mat.",
                         required=True)
     flags.DEFINE_integer("batch_size", 32, "Images per forward pass.")
-    flags.DEFINE_string("image_shape", "128,64", "HEIGHT,WIDTH of the "
-                        "network input, for checkpoints (exported models "
-                        "carry theirs).")
+    cli.define_image_shape_flag()
 
 
 if __name__ == "__main__":

@@ -10,11 +10,9 @@ features on the runtime chosen (``backends.py``).
 import numpy as np
 import tensorflow as tf
 from absl import logging
-from PIL import Image
 
-from cosine_metric_learning import backends
+from cosine_metric_learning import backends, preprocessing
 from cosine_metric_learning.errors import UsageError
-from cosine_metric_learning.nets.deep_sort import network_definition
 
 
 def _enable_memory_growth():
@@ -41,6 +39,8 @@ class Encoder:
     feature_dim : int
     backend : str
         The runtime: ``"tensorflow"``, ``"onnxruntime"`` or ``"openvino"``.
+    source : str
+        The file it was loaded from (for a run folder: the checkpoint).
     """
 
     def __init__(self, backend, batch_size=32):
@@ -48,6 +48,7 @@ class Encoder:
         self.image_shape = tuple(int(d) for d in backend.image_shape)
         self.feature_dim = int(backend.feature_dim)
         self.backend = backend.name
+        self.source = backend.source
         self.batch_size = batch_size
 
     def __call__(self, patches, batch_size=None):
@@ -72,7 +73,8 @@ class Encoder:
         """Features of BGR crops of any size, as a list of vectors.
 
         Each crop (uint8 ``(h, w, 3)``) is resized to the input size as
-        :func:`create_box_encoder` resizes the boxes it cuts. This is the
+        every image is (:func:`preprocessing.resize`), the boxes
+        :func:`create_box_encoder` cuts too. This is the
         embedder interface of ``deep_sort_realtime``: pass the result as
         ``DeepSort(embedder=None).update_tracks(detections, embeds=...)``.
         """
@@ -85,14 +87,14 @@ class Encoder:
                 raise UsageError(f"crop {index} of dtype {crop.dtype} and "
                                  f"shape {crop.shape}: expected uint8 BGR "
                                  "(h, w, 3) with h, w >= 1")
-            patches.append(_resize(crop, width, height))
+            patches.append(_resize(crop, self.image_shape))
         if not patches:
             return []
         return list(self(np.stack(patches)))
 
 
-def load(path, batch_size=32, image_shape=network_definition.IMAGE_SHAPE,
-         backend="auto", openvino_config=None):
+def load(path, batch_size=32, image_shape=None, backend="auto",
+         openvino_config=None):
     """Load an exported or trained encoder on one of the runtimes.
 
     Parameters
@@ -103,9 +105,12 @@ def load(path, batch_size=32, image_shape=network_definition.IMAGE_SHAPE,
         file, a checkpoint prefix or a folder of checkpoints (the latest is
         used).
     batch_size : int
-    image_shape : tuple
-        For checkpoints: the input shape the network was trained with
-        (exported models carry theirs).
+    image_shape : tuple, optional
+        ``(H, W, 3)``. Every model knows its input shape: an exported one
+        carries it, a checkpoint's run records it (``run.json``); given,
+        it must agree with that (ArgumentError otherwise). For a
+        checkpoint without ``run.json``: the shape it was trained at
+        (default 128x64).
     backend : str
         ``"auto"`` (TensorFlow for TensorFlow formats, ONNX Runtime for
         ``.onnx``, OpenVINO for ``.xml``), ``"tensorflow"``,
@@ -124,31 +129,14 @@ def load(path, batch_size=32, image_shape=network_definition.IMAGE_SHAPE,
                    batch_size)
 
 
-def extract_patch(image, box, patch_shape):
-    """Cut a box out of a frame as Deep SORT does.
-
-    The box ``(x, y, w, h)`` is widened (or narrowed) about its centre to the
-    patch's aspect ratio, clipped at the image border and resized.
-
-    Returns
-    -------
-    ndarray or None
-        The uint8 patch ``patch_shape``, or None if nothing of the box lies
-        inside the image.
-    """
-    region = _patch_region(image.shape, box, patch_shape)
-    return None if isinstance(region, str) else _cut(image, region,
-                                                      patch_shape)
-
-
 def _cut(image, region, patch_shape):
     x1, y1, x2, y2 = region
-    return _resize(image[y1:y2, x1:x2], patch_shape[1], patch_shape[0])
+    return _resize(image[y1:y2, x1:x2], patch_shape)
 
 
-def _resize(image, width, height):
-    patch = Image.fromarray(np.ascontiguousarray(image))
-    return np.asarray(patch.resize((width, height), Image.Resampling.BILINEAR))
+def _resize(image, patch_shape):
+    return preprocessing.resize(np.ascontiguousarray(image),
+                                patch_shape).numpy()
 
 
 def _patch_region(frame_shape, box, patch_shape):

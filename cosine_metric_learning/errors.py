@@ -11,6 +11,30 @@ class UsageError(ValueError):
     """Bad input from the user; the entry points print it as one line."""
 
 
+class ArgumentError(UsageError):
+    """A bad argument of a library function, named as Python names it:
+    ``path='x.onnx': no such file``. The command line names the flag the
+    value came from instead (:meth:`for_flags`)."""
+
+    def __init__(self, argument, value, problem):
+        self.argument, self.value, self.problem = argument, value, problem
+        super().__init__(f"{argument}={value!r}: {problem}")
+
+    def for_flags(self, flag_names):
+        """The message with the argument as the flag ``flag_names`` maps
+        it to (``{"path": "--model"}``): ``--model=x.onnx: no such
+        file``; as it is where the argument has no flag."""
+        flag = flag_names.get(self.argument)
+        if flag is None:
+            return str(self)
+        value = self.value
+        if value is None:
+            return f"{flag} is not set: {self.problem}"
+        if isinstance(value, tuple):  # an image shape, as the flag takes it
+            value = ",".join(str(v) for v in value[:2])
+        return f"{flag}={value}: {self.problem}"
+
+
 class TrainingError(RuntimeError):
     """Training cannot go on (non-finite loss, too many unreadable images,
     a checkpoint that cannot be saved); printed as one line."""

@@ -15,8 +15,8 @@ import tensorflow as tf
 from absl import logging
 from tensorboard.compat.proto import event_pb2
 
-from cosine_metric_learning import checkpoints, features, losses, metrics
-from cosine_metric_learning import pictures
+from cosine_metric_learning import checkpoints, features, metrics
+from cosine_metric_learning import pictures, run_settings
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.datasets import util as dataset_util
@@ -70,24 +70,19 @@ def pending_checkpoints(run_dir, handled):
     return [p for p in state.all_model_checkpoint_paths if p not in handled]
 
 
-class _DataError(Exception):
-    """The validation images, not the checkpoint, cannot be encoded: the
-    evaluator stops (a TrainingError) instead of retrying the checkpoint."""
-
-
 class _Evaluator:
     """The validation data, the encoder and what has been evaluated."""
 
-    def __init__(self, dataset, config):
+    def __init__(self, dataset, config, image_shape=None):
         self.dataset, self.config = dataset, config
         self.run_dir = config.run_dir
         self.eval_dir = os.path.join(config.eval_log_dir, config.run_id)
         self.filenames, self.ids, self.cameras = read_validation_data(
             dataset, config.dataset_dir)
-        self.encoder = network_definition.create_encoder(dataset.image_shape)
-        self.encode = features.make_encode_fn(
-            self.encoder, dataset.image_shape, config.batch_size)
-        self.metric = losses.get(config.loss_mode).metric
+        # built at the first checkpoint, at the input shape of the run's
+        # run.json (written before it)
+        self.requested_shape = image_shape
+        self.encoder = self.encode = self.image_shape = None
         self.done_steps = evaluated_steps(self.eval_dir)
         self.writer = tf.summary.create_file_writer(self.eval_dir)
         self.results, self.failures, self.handled = [], {}, set()
@@ -100,10 +95,10 @@ class _Evaluator:
         while True:
             try:
                 values, bad = features.encode_or_blame(
-                    self.encode, self.filenames, self.dataset.image_shape)
+                    self.encode, self.filenames, self.image_shape)
             except tf.errors.OpError as e:  # not the checkpoint's fault
-                raise _DataError("cannot encode the validation images: "
-                                 f"{first_line(e)}") from e
+                raise TrainingError("cannot encode the validation images: "
+                                    f"{first_line(e)}") from e
             if not bad:
                 return values
             for index, error in bad.items():
@@ -112,23 +107,38 @@ class _Evaluator:
             keep = np.ones(len(self.filenames), bool)
             keep[list(bad)] = False
             if not np.any(keep):
-                raise _DataError("none of the validation images is "
-                                 "readable")
+                raise TrainingError("none of the validation images is "
+                                    "readable")
             self.filenames, self.ids, self.cameras = (
                 self.filenames[keep], self.ids[keep], self.cameras[keep])
 
-    def evaluate(self, path):
-        """Evaluate one checkpoint (once per step); returns its step."""
+    def restore(self, path):
+        """``(step, restored)``: the step of a checkpoint, and whether its
+        encoder was restored (not when the step was evaluated before)."""
         step = checkpoints.checkpoint_step(path)
         if step in self.done_steps:
             logging.info("Step %d was evaluated before: skipping %s", step,
                          path)
-            return step
+            return step, False
         checkpoints.restore(path, encoder=self.encoder)
+        return step, True
+
+    def build_encoder(self):
+        """The encoder at the run's input shape (its run.json is written
+        before its first checkpoint); an image_shape that contradicts it
+        is raised."""
+        self.image_shape = run_settings.input_shape(
+            run_settings.describe(self.run_dir), self.requested_shape)
+        self.encoder = network_definition.create_encoder(self.image_shape)
+        self.encode = features.make_encode_fn(
+            self.encoder, self.image_shape, self.config.batch_size)
+
+    def evaluate(self, step):
+        """Evaluate the restored encoder of ``step``."""
         features = self.encode_readable()
         values = metrics.validation_cmc(
             features, self.ids, self.cameras,
-            self.dataset.num_validation_galleries, self.metric)
+            self.dataset.num_validation_galleries)
         pairs, same = metrics.pair_distances(features, self.ids)
         # the --max_cosine_distance Deep SORT should use with it
         values["gate/max_cosine_distance"] = metrics.equal_error_gate(
@@ -146,7 +156,6 @@ class _Evaluator:
         self.results.append((step, values))
         logging.info("step %d: %s", step, "  ".join(
             f"{k} {v:.3f}" for k, v in values.items()))
-        return step
 
     def ranked_retrieval(self, features, num_probes=8, top=10):
         """The picture of fixed probes of the first validation gallery and
@@ -154,7 +163,7 @@ class _Evaluator:
         probes, gallery = metrics.single_shot_gallery(
             self.ids, self.cameras, metrics.VALIDATION_GALLERY_SEED)
         distances = metrics.distance_matrix(features[probes],
-                                            features[gallery], self.metric)
+                                            features[gallery])
         nothing = np.zeros(len(gallery), bool)
         rows = [(self.filenames[probes[p]], [
             (self.filenames[gallery[g]], self.ids[gallery[g]] ==
@@ -167,10 +176,10 @@ class _Evaluator:
         """Evaluate ``path``; a checkpoint that cannot be read is tried
         again at the next poll and skipped after MAX_ATTEMPTS."""
         self.last_new = time.time()
+        if self.encoder is None:
+            self.build_encoder()
         try:
-            step = self.evaluate(path)
-        except _DataError as e:
-            raise TrainingError(str(e)) from None
+            step, restored = self.restore(path)
         except (tf.errors.OpError, UsageError, ValueError) as e:
             # deleted or still being written: try again at the next poll
             self.failures[path] = self.failures.get(path, 0) + 1
@@ -181,6 +190,8 @@ class _Evaluator:
                 logging.warning("Skipping %s", path)
                 self.handled.add(path)
             return
+        if restored:  # what fails here is not the checkpoint's doing
+            self.evaluate(step)
         self.handled.add(path)
         total = self.config.number_of_steps
         self.final_step_done |= total is not None and step >= total
@@ -199,9 +210,10 @@ class _Evaluator:
         return None
 
 
-def evaluate_checkpoints(dataset, config):
+def evaluate_checkpoints(dataset, config, image_shape=None):
     """Poll ``log_dir/run_id`` and evaluate each new checkpoint once, oldest
-    first.
+    first, at the run's input shape (``image_shape``, if given, must agree
+    with it).
 
     Stops after ``max_num_evaluations`` evaluations, after a checkpoint at
     or beyond ``number_of_steps``, or when no new checkpoint appeared for
@@ -213,11 +225,11 @@ def evaluate_checkpoints(dataset, config):
         The metrics of every checkpoint evaluated by this call.
     """
     config.validate()
-    run = _Evaluator(dataset, config)
+    run = _Evaluator(dataset, config, image_shape)
     logging.info("Evaluating checkpoints of %s on %d images of %d validation "
-                 "identities (%s distance, %d galleries); summaries to %s",
+                 "identities (cosine distance, %d galleries); summaries to %s",
                  run.run_dir, len(run.ids), len(np.unique(run.ids)),
-                 run.metric, dataset.num_validation_galleries, run.eval_dir)
+                 dataset.num_validation_galleries, run.eval_dir)
     warned_empty = False
     while run.stop_reason() is None:
         pending = pending_checkpoints(run.run_dir, run.handled)

@@ -2,8 +2,9 @@
 model-only checkpoint.
 
 All three take what a tracker has, uint8 image patches in OpenCV's **BGR**
-channel order, shape ``(N, 128, 64, 3)``, and give L2-normalised float32
-features ``(N, 128)``; inference only (batch norm with its moving averages,
+channel order, shape ``(N, H, W, 3)`` at the network's input size (128x64
+unless trained at another ``--image_shape``), and give L2-normalised
+float32 features ``(N, 128)``; inference only (batch norm with its moving averages,
 no dropout, no optimizer or input queue).
 """
 

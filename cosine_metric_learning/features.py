@@ -1,4 +1,5 @@
-"""Features of image files with a restored encoder, for the evaluator, the
+"""Features of image files: with a restored Keras encoder in one graph
+for the evaluator, and with any loaded :class:`encoder.Encoder` for the
 test protocol and the kits' feature files."""
 
 import numpy as np
@@ -28,21 +29,12 @@ def make_encode_fn(encoder, image_shape, batch_size, flip_test=False):
         lambda batch: encode(batch).numpy(), filenames, batch_size)
 
 
-def make_exported_encode_fn(encoder, batch_size, flip_test=False):
-    """:func:`make_encode_fn` for an :class:`encoder.Encoder` (an exported
-    model on its runtime): the files are read as the pipeline reads them
-    and passed as uint8 BGR patches."""
-    shape = encoder.image_shape
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-    def read_bgr(filenames):
-        images = tf.map_fn(lambda f: preprocessing.read_image(f, shape),
-                           filenames, parallel_iterations=16,
-                           fn_output_signature=tf.TensorSpec(shape, tf.uint8))
-        return tf.reverse(images, axis=[-1])
-
+def make_patch_encode_fn(encoder, batch_size, flip_test=False):
+    """:func:`make_encode_fn` for an :class:`encoder.Encoder` (a checkpoint
+    or an exported model on its runtime): the files are read as uint8 BGR
+    patches (:func:`preprocessing.read_patches`) and passed to it."""
     def encode(filenames):
-        patches = read_bgr(filenames).numpy()
+        patches = preprocessing.read_patches(filenames, encoder.image_shape)
         features = encoder(patches)
         if flip_test:
             features = features + encoder(np.ascontiguousarray(

@@ -36,7 +36,7 @@ PYTORCH_RESULT = files.mat_kind(
 
 
 def export_features(dataset, restore_path, dataset_dir, output_dir,
-                    batch_size=128):
+                    batch_size=128, image_shape=None):
     """``--mode=export``: ``.mat`` files (key ``features``, a row per image)
     in ``output_dir``, one per entry of the split's ``exports``.
 
@@ -53,7 +53,8 @@ def export_features(dataset, restore_path, dataset_dir, output_dir,
     for name in split.exports:
         files.check_output(os.path.join(output_dir, name), KIT_FEATURES)
     split, features, _ = protocol.test_features(
-        dataset, restore_path, dataset_dir, batch_size, split=split)
+        dataset, restore_path, dataset_dir, batch_size, split=split,
+        image_shape=image_shape)
     written = []
     for name, indices in split.exports.items():
         path = os.path.join(output_dir, name)
@@ -65,12 +66,13 @@ def export_features(dataset, restore_path, dataset_dir, output_dir,
 
 
 def export_pytorch_result(dataset, restore_path, dataset_dir, output,
-                          batch_size=128):
+                          batch_size=128, image_shape=None):
     """``--mode=export --format=pytorch_result``: one ``.mat`` file (see
     the module's docstring); returns its path."""
     files.check_output(output, PYTORCH_RESULT)
     split, features, _ = protocol.test_features(
-        dataset, restore_path, dataset_dir, batch_size)
+        dataset, restore_path, dataset_dir, batch_size,
+        image_shape=image_shape)
     values = {}
     for side in ("query", "gallery"):
         groups = getattr(split, f"{side}_groups")

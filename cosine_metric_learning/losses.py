@@ -28,7 +28,6 @@ class LossMode:
     """
     name: str                # the --loss_mode value
     needs_classifier: bool   # trains the cosine-softmax head
-    metric: str              # distance features are ranked with
     compute: Callable
 
     @property
@@ -137,9 +136,9 @@ def _magnet(labels, features, logits):
 
 
 LOSS_MODES = {mode.name: mode for mode in (
-    LossMode("cosine-softmax", True, "cosine", _cosine_softmax),
-    LossMode("triplet", False, "sqeuclidean", _triplet),
-    LossMode("magnet", False, "sqeuclidean", _magnet),
+    LossMode("cosine-softmax", True, _cosine_softmax),
+    LossMode("triplet", False, _triplet),
+    LossMode("magnet", False, _magnet),
 )}
 
 

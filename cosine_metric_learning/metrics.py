@@ -15,33 +15,26 @@ Two protocols:
 import numpy as np
 import tensorflow as tf
 
-from cosine_metric_learning import losses
-
-METRICS = ("cosine", "sqeuclidean")
 RANKS = (1, 5, 10, 20)
 VALIDATION_GALLERY_SEED = 4321
 
 
-def distance_matrix(query, gallery, metric, dtype=tf.float32):
-    """Distances (Q, G) between rows of ``query`` and ``gallery``.
+def distance_matrix(query, gallery, dtype=tf.float32):
+    """Cosine distances ``1 - cos(q, g)`` (Q, G) between the rows of
+    ``query`` and ``gallery`` (normalised first).
 
-    ``cosine`` is ``1 - cos(q, g)`` (rows are normalised first);
-    ``sqeuclidean`` is ``|q - g|^2``. ``dtype`` is the precision they are
-    computed in: the test protocol uses float64, as the kits compute in
-    MATLAB doubles (in float32, near-tied distances of a weakly trained
-    model round alike and ranks flip).
+    The features are unit-length, so every other distance (squared
+    Euclidean is twice this one) ranks them alike: this one is the ranking
+    of every loss mode, and its scale is Deep SORT's gate's. ``dtype`` is
+    the precision they are computed in: the test protocol uses float64, as
+    the kits compute in MATLAB doubles (in float32, near-tied distances of
+    a weakly trained model round alike and ranks flip).
     """
-    if metric not in METRICS:
-        raise ValueError(f"metric={metric!r}: expected one of {METRICS}")
-    query = tf.cast(tf.convert_to_tensor(query), dtype)
-    gallery = tf.cast(tf.convert_to_tensor(gallery), dtype)
-    if metric == "cosine":
-        query = tf.math.l2_normalize(query, axis=1)
-        gallery = tf.math.l2_normalize(gallery, axis=1)
-        return (1.0 - tf.matmul(query, gallery, transpose_b=True)).numpy()
-    return tf.maximum(tf.constant(0.0, dtype),
-                      losses.pairwise_squared_distance(query,
-                                                       gallery)).numpy()
+    query = tf.math.l2_normalize(tf.cast(tf.convert_to_tensor(query), dtype),
+                                 axis=1)
+    gallery = tf.math.l2_normalize(tf.cast(tf.convert_to_tensor(gallery),
+                                           dtype), axis=1)
+    return (1.0 - tf.matmul(query, gallery, transpose_b=True)).numpy()
 
 
 # Random single-shot galleries (validation) -----------------------------------
@@ -79,8 +72,7 @@ def single_shot_gallery(ids, cameras, seed):
     return np.asarray(probes, np.int64), np.asarray(galleries, np.int64)
 
 
-def validation_cmc(features, ids, cameras, num_galleries, metric,
-                   ranks=RANKS):
+def validation_cmc(features, ids, cameras, num_galleries, ranks=RANKS):
     """The original's validation metric over random single-shot galleries.
 
     Gallery ``i`` is drawn with seed ``4321 + i``. Precision@k is the
@@ -100,8 +92,7 @@ def validation_cmc(features, ids, cameras, num_galleries, metric,
     for i in range(num_galleries):
         probes, galleries = single_shot_gallery(
             ids, cameras, VALIDATION_GALLERY_SEED + i)
-        distances = distance_matrix(features[probes], features[galleries],
-                                    metric)
+        distances = distance_matrix(features[probes], features[galleries])
         # 0-based rank of each probe's match: gallery entries strictly closer
         match = np.diagonal(distances)[:, None]
         rank = np.sum(distances < match, axis=1)
@@ -283,7 +274,7 @@ def pair_distances(features, ids):
     """The cosine distance of every pair of rows (``i < j``) and whether
     each pair shows one identity: the evaluator's distance histograms and
     gate (:func:`equal_error_gate`)."""
-    distances = distance_matrix(features, features, "cosine", tf.float64)
+    distances = distance_matrix(features, features, tf.float64)
     ids = np.asarray(ids)
     upper = np.triu_indices(len(ids), k=1)
     return distances[upper], (ids[:, None] == ids[None, :])[upper]

@@ -5,34 +5,79 @@ random left-right flip. ``input_is_bgr`` reverses the channels first (Deep
 SORT feeds OpenCV's BGR frames to the exported encoder).
 """
 
+import functools
+
+import numpy as np
 import tensorflow as tf
 
 # the image files the project reads where it lists a folder
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 
 
-def decode_image(contents, image_shape):
-    """Decode encoded image bytes to uint8 RGB of ``image_shape[:2]``.
+def resize(image, image_shape):
+    """uint8 ``(h, w, 3)`` images (a tensor or array, batched or not)
+    resized to ``image_shape[:2]``: bilinear with half-pixel centres and no
+    antialiasing, rounded back to uint8; unchanged at that size already.
 
-    Any channel count is forced to 3; images of another size are resized
-    bilinearly (and rounded back to uint8).
+    The one resize of the project: training, the test protocol, the encode
+    command, ``Encoder.predict`` and the box encoder all use it. It is the
+    original pipeline's (``tf.image.resize_images``, bilinear) and, like
+    OpenCV's ``INTER_LINEAR`` in Deep SORT's feature tool, it does not
+    antialias when it shrinks.
     """
-    image = tf.io.decode_image(contents, channels=3, expand_animations=False)
+    image = tf.convert_to_tensor(image)
     height, width = image_shape[0], image_shape[1]
-    same_size = tf.logical_and(tf.shape(image)[0] == height,
-                               tf.shape(image)[1] == width)
-    image = tf.cond(
+    size = tf.shape(image)[-3:-1]
+    same_size = tf.logical_and(size[0] == height, size[1] == width)
+    return tf.cond(
         same_size,
         lambda: image,
         lambda: tf.cast(tf.round(tf.clip_by_value(tf.image.resize(
             image, (height, width)), 0.0, 255.0)), tf.uint8))
-    image.set_shape((height, width, 3))
+
+
+def decode_image(contents, image_shape):
+    """Decode encoded image bytes to uint8 RGB of ``image_shape[:2]``.
+
+    Any channel count is forced to 3; images of another size are resized
+    (:func:`resize`).
+    """
+    image = tf.io.decode_image(contents, channels=3, expand_animations=False)
+    image = resize(image, image_shape)
+    image.set_shape((image_shape[0], image_shape[1], 3))
     return image
 
 
 def read_image(filename, image_shape):
     """Read and decode one image file (a scalar string tensor)."""
     return decode_image(tf.io.read_file(filename), image_shape)
+
+
+@functools.lru_cache(maxsize=None)
+def _patch_reader(image_shape):
+    shape = (image_shape[0], image_shape[1], 3)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def read(filenames):
+        images = tf.map_fn(lambda f: read_image(f, shape), filenames,
+                           parallel_iterations=16,
+                           fn_output_signature=tf.TensorSpec(shape,
+                                                             tf.uint8))
+        return tf.reverse(images, axis=[-1])
+
+    return read
+
+
+def read_patches(filenames, image_shape):
+    """Image files as uint8 BGR patches ``(N, H, W, 3)`` of
+    ``image_shape``, as a tracker would pass them: read, decoded and
+    resized as the training pipeline reads them. A file that cannot be
+    read raises a ``tf.errors.OpError`` (:func:`unreadable_files` tells
+    which)."""
+    if len(filenames) == 0:
+        return np.zeros((0, image_shape[0], image_shape[1], 3), np.uint8)
+    return _patch_reader(tuple(image_shape[:2]))(
+        tf.constant([str(f) for f in filenames])).numpy()
 
 
 def preprocess(image, training=False, input_is_bgr=False):

@@ -1,8 +1,8 @@
 """The standard test protocol (``--mode=test``): the numbers papers
 report, computed with the datasets' official protocols without MATLAB.
 
-The test split is encoded once (MARS tracklets are averaged), ranked with
-the loss mode's distance and scored with CMC and mAP (``metrics.py``);
+The test split is encoded once (MARS tracklets are averaged), ranked by
+cosine distance and scored with CMC and mAP (``metrics.py``);
 ``--output_json`` and ``--rank_image`` write the numbers and a picture.
 """
 
@@ -13,7 +13,7 @@ import tensorflow as tf
 from absl import logging
 from PIL import PngImagePlugin
 
-from cosine_metric_learning import backends, checkpoints, files, losses
+from cosine_metric_learning import files
 from cosine_metric_learning import metrics, pictures, rerank
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import features as features_lib
@@ -29,57 +29,35 @@ RESULTS_JSON = files.json_kind(
     "with 'dataset' and 'mAP')")
 
 
-def _encode_fn(dataset, restore_path, batch_size, flip_test, backend):
-    """``(encode(filenames), model path)`` for a checkpoint or, on its
-    runtime, an exported model (``.pb``, SavedModel, ``.onnx``, ``.xml``)."""
-    flag = "--restore_path"
-    fmt, backend = (backends.resolve(restore_path, backend, flag)
-                    if restore_path is not None else ("checkpoint", backend))
-    if fmt != "checkpoint":
-        model = encoder_lib.Encoder(backends.load(
-            restore_path, backend, dataset.image_shape, flag=flag),
-            batch_size)
-        if model.image_shape != tuple(dataset.image_shape):
-            raise UsageError(
-                f"--restore_path={restore_path} takes patches of "
-                f"{model.image_shape}; {dataset.name} is evaluated at "
-                f"{tuple(dataset.image_shape)}: export the model at that "
-                "size")
-        return features_lib.make_exported_encode_fn(
-            model, batch_size, flip_test), restore_path
-    encoder, path = checkpoints.load_encoder(restore_path,
-                                             dataset.image_shape)
-    return features_lib.make_encode_fn(encoder, dataset.image_shape,
-                                       batch_size, flip_test), path
-
-
 def test_features(dataset, restore_path, dataset_dir, batch_size,
-                  flip_test=False, split=None, backend="auto"):
+                  flip_test=False, split=None, backend="auto",
+                  image_shape=None):
     """Encode the test split (read unless given); returns ``(split, image
-    features, model path)``. ``restore_path`` is a checkpoint or an
-    exported model, run on ``backend``."""
+    features, model path)``. ``restore_path`` is anything
+    :func:`encoder.load` takes, run on ``backend``; the images are read at
+    its input size (``image_shape``, if given, must agree with it)."""
     if split is None:
         split = dataset.read_test(dataset_dir)
-    encode, path = _encode_fn(dataset, restore_path, batch_size, flip_test,
-                              backend)
+    model = encoder_lib.load(restore_path, batch_size, image_shape, backend)
+    encode = features_lib.make_patch_encode_fn(model, batch_size, flip_test)
     logging.info("Encoding %d test images with %s", len(split.filenames),
-                 path)
+                 model.source)
     values, bad = features_lib.encode_or_blame(encode, split.filenames,
-                                               dataset.image_shape)
+                                               model.image_shape)
     if bad:
         index, error = next(iter(bad.items()))
         raise UsageError(
             f"cannot read test image '{split.filenames[index]}' "
             f"({first_line(error)}){_and_more(len(bad))}; the standard "
             "protocol needs every image of the test split")
-    return split, values, path
+    return split, values, model.source
 
 
 def _and_more(count):
     return f" and {count - 1} more" if count > 1 else ""
 
 
-def evaluate_split(split, features, metric, rerank_parameters=None):
+def evaluate_split(split, features, rerank_parameters=None):
     """Standard-protocol metrics and the distance matrix of a test split,
     with the tracker's gate (:func:`tracker_gate`) and, given
     ``(k1, k2, lambda)``, the numbers after k-reciprocal re-ranking under
@@ -88,18 +66,16 @@ def evaluate_split(split, features, metric, rerank_parameters=None):
     features = np.asarray(features, np.float64)
     query = features_lib.pool_groups(features, split.query_groups)
     gallery = features_lib.pool_groups(features, split.gallery_groups)
-    distances = metrics.distance_matrix(query, gallery, metric, tf.float64)
+    distances = metrics.distance_matrix(query, gallery, tf.float64)
     labels = (split.query_ids, split.gallery_ids, split.query_cameras,
               split.gallery_cameras)
     result = metrics.evaluate_ranking(distances, *labels)
-    cosine = distances if metric == "cosine" else metrics.distance_matrix(
-        query, gallery, "cosine", tf.float64)
-    result.update(tracker_gate(cosine, split.query_ids, split.gallery_ids))
-    del cosine
+    result.update(tracker_gate(distances, split.query_ids,
+                               split.gallery_ids))
     if rerank_parameters is not None:
         k1, k2, lambda_value = rerank_parameters
         reranked = metrics.evaluate_ranking(rerank.k_reciprocal(
-            query, gallery, metric, k1, k2, lambda_value), *labels)
+            query, gallery, k1, k2, lambda_value), *labels)
         result["rerank"] = {key: reranked[key] for key in RERANK_KEYS}
         result["rerank"].update(k1=k1, k2=k2, **{"lambda": lambda_value})
     return result, distances
@@ -119,9 +95,9 @@ def tracker_gate(cosine, query_ids, gallery_ids):
             "gate_false_reject_rate": gate["false_reject_rate"]}
 
 
-def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
+def run_test(dataset, restore_path, dataset_dir, batch_size=128,
              flip_test=False, output_json=None, rank_image=None,
-             backend="auto", rerank_parameters=None):
+             backend="auto", rerank_parameters=None, image_shape=None):
     """``--mode=test``: print and return rank-k CMC and mAP of a checkpoint
     or an exported model; with ``rerank_parameters`` ``(k1, k2, lambda)``
     also after k-reciprocal re-ranking."""
@@ -142,12 +118,11 @@ def run_test(dataset, restore_path, dataset_dir, loss_mode, batch_size=128,
             raise UsageError(f"--rerank_k1: {problem}")
     split, features, path = test_features(dataset, restore_path, dataset_dir,
                                           batch_size, flip_test,
-                                          split=split, backend=backend)
-    metric = losses.get(loss_mode).metric
-    result, distances = evaluate_split(split, features, metric,
-                                       rerank_parameters)
+                                          split=split, backend=backend,
+                                          image_shape=image_shape)
+    result, distances = evaluate_split(split, features, rerank_parameters)
     summary = {k: v for k, v in result.items() if k != "cmc"}
-    summary.update(dataset=dataset.name, checkpoint=path, metric=metric,
+    summary.update(dataset=dataset.name, checkpoint=path,
                    flip_test=flip_test)
     print(format_table(summary))
     if output_json:
@@ -167,7 +142,7 @@ def format_table(summary):
     rows += [("mAP", "mAP"), ("mAP (non-interpolated)", "mAP_noninterpolated"),
              ("mINP", "mINP")]
     lines = [f"{summary['dataset']} test, {summary['num_queries']} queries, "
-             f"{summary['metric']} distance"
+             "cosine distance"
              f"{', flip test' if summary['flip_test'] else ''}"]
     header = f"{'metric':24s} {'value':>7s}"
     if rerank_numbers:

@@ -27,11 +27,12 @@ DEFAULT_CAPACITY = 512
 DEFAULT_NUM_THREADS = 4
 
 
-class ProducerError(RuntimeError):
-    """A producer thread failed; raised in the thread that consumes."""
+class ProducerError(TrainingError):
+    """A producer thread failed; raised in the thread that consumes (the
+    command line prints it as one line)."""
 
 
-class UnreadableDataError(ProducerError, TrainingError):
+class UnreadableDataError(ProducerError):
     """More training images are unreadable than the run allows."""
 
 

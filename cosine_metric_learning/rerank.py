@@ -1,8 +1,8 @@
 """k-reciprocal re-ranking (Zhong et al., CVPR 2017) for the test protocol.
 
 Query and gallery entries are pooled into one set of N = Q + G points with
-the loss mode's distance, each point's distances divided by the largest
-one of its row. For every point i:
+the cosine distance, each point's distances divided by the largest one of
+its row. For every point i:
 
 1. ``R(i, k)``: its k-reciprocal neighbours, the points j among i's k + 1
    nearest (itself included) that have i among their own k + 1 nearest;
@@ -68,20 +68,18 @@ class _Progress:
                          self._total, stage, done, total, now - self._start)
 
 
-def _pair_distances(points, rows, columns, metric):
-    """``d(points[rows], points[columns])`` for index pairs, in chunks."""
+def _pair_distances(points, rows, columns):
+    """``d(points[rows], points[columns])`` for index pairs, in chunks (the
+    points are normalised)."""
     out = np.empty(len(rows))
     for start in range(0, len(rows), 65536):
         part = slice(start, start + 65536)
-        a, b = points[rows[part]], points[columns[part]]
-        if metric == "cosine":  # points are normalised already
-            out[part] = 1.0 - np.einsum("ij,ij->i", a, b)
-        else:
-            out[part] = np.einsum("ij,ij->i", a - b, a - b)
+        out[part] = 1.0 - np.einsum("ij,ij->i", points[rows[part]],
+                                    points[columns[part]])
     return out
 
 
-def _neighbours(points, num_query, metric, k, block_size, progress):
+def _neighbours(points, num_query, k, block_size, progress):
     """Each point's ``k`` nearest (itself included, ties to the lower
     index), the largest distance of its row, and the query-gallery
     distances (kept from the same blocks)."""
@@ -91,8 +89,7 @@ def _neighbours(points, num_query, metric, k, block_size, progress):
     query_gallery = np.empty((num_query, num_points - num_query))
     for start in range(0, num_points, block_size):
         rows = slice(start, start + block_size)
-        distances = metrics.distance_matrix(points[rows], points, metric,
-                                            tf.float64)
+        distances = metrics.distance_matrix(points[rows], points, tf.float64)
         if start < num_query:
             query_gallery[start:start + block_size] = distances[
                 :num_query - start, num_query:]
@@ -160,11 +157,11 @@ def _expansion_pairs(nearest, k1, max_elements):
     return np.concatenate(row_keys), np.concatenate(column_keys)
 
 
-def _weights(points, metric, nearest, row_max, k1, k2, max_elements):
+def _weights(points, nearest, row_max, k1, k2, max_elements):
     """The sparse rows ``V`` (step 3), with local query expansion."""
     num_points = len(points)
     rows, columns = _expansion_pairs(nearest, k1, max_elements)
-    weights = np.exp(-_pair_distances(points, rows, columns, metric)
+    weights = np.exp(-_pair_distances(points, rows, columns)
                      / row_max[rows])
     weights /= np.bincount(rows, weights, num_points)[rows]
     v = scipy.sparse.csr_matrix((weights, (rows, columns)),
@@ -214,7 +211,7 @@ def _shared_weight(v_query, v_gallery_by_column, num_gallery, progress,
     return shared
 
 
-def k_reciprocal(query, gallery, metric, k1=K1, k2=K2, lambda_value=LAMBDA,
+def k_reciprocal(query, gallery, k1=K1, k2=K2, lambda_value=LAMBDA,
                  block_size=1024, max_block_elements=MAX_BLOCK_ELEMENTS):
     """Re-ranked ``(Q, G)`` distances between ``query`` and ``gallery``
     features (see the module's docstring); ValueError for parameters
@@ -224,18 +221,17 @@ def k_reciprocal(query, gallery, metric, k1=K1, k2=K2, lambda_value=LAMBDA,
         raise ValueError(problem)
     points = np.concatenate([np.asarray(query, np.float64),
                              np.asarray(gallery, np.float64)])
-    if metric == "cosine":
-        points /= np.maximum(np.linalg.norm(points, axis=1, keepdims=True),
-                             1e-12)
+    points /= np.maximum(np.linalg.norm(points, axis=1, keepdims=True),
+                         1e-12)
     num_query, num_points = len(query), len(points)
     # a set smaller than the lists takes every point
     k = min(max(k1 + 1, k2), num_points)
     k2 = min(k2, k)
     progress = _Progress(num_points)
-    nearest, row_max, distances = _neighbours(points, num_query, metric, k,
+    nearest, row_max, distances = _neighbours(points, num_query, k,
                                               block_size, progress)
     progress("neighbour weights", 0, num_points, force=True)
-    v = _weights(points, metric, nearest, row_max, k1, k2,
+    v = _weights(points, nearest, row_max, k1, k2,
                  max_block_elements)
     shared = _shared_weight(v[:num_query], v[num_query:].tocsc(),
                             num_points - num_query, progress,

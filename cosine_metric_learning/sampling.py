@@ -1,8 +1,7 @@
 """Feed generators: which inputs each training batch holds.
 
-A feed generator yields ``(inputs, labels)`` batches forever (or, for
-:func:`iterate_forever`, cycles in order); the QueuedTrainer's producers
-take them through a ``ThreadSafeIterator``. :func:`random_sample_identities_forever`
+A feed generator yields ``(inputs, labels)`` batches forever; the
+QueuedTrainer's producers take them through a ``ThreadSafeIterator``. :func:`random_sample_identities_forever`
 is the identity sampler of the triplet and magnet losses: P identities x K
 images. :func:`run_in_batches` cuts a finite input into batches.
 """
@@ -69,51 +68,6 @@ def random_sample_identities_forever(batch_size, num_samples_per_id, data_x,
                 if len(batch) == batch_size:
                     break
             batch = np.asarray(batch)
-            yield data_x[batch], data_y[batch]
-
-    return generate()
-
-
-def iterate_forever(batch_size, data_x, data_y):
-    """A generator of consecutive full batches ``(x, y)``, wrapping around.
-
-    Like every feed generator here, it checks its arguments when called,
-    not at the first ``next()`` in a producer thread.
-    """
-    _check_batch_size(batch_size)
-    data_x, data_y = np.asarray(data_x), np.asarray(data_y)
-    if len(data_y) == 0:
-        raise UsageError("no data to iterate over")
-
-    def generate():
-        start = 0
-        while True:
-            batch = np.arange(start, start + batch_size) % len(data_y)
-            start = (start + batch_size) % len(data_y)
-            yield data_x[batch], data_y[batch]
-
-    return generate()
-
-
-def random_shuffle_forever(batch_size, data_x, data_y, seed=None):
-    """A generator of full batches ``(x, y)``, reshuffled every epoch.
-
-    Batches run across epoch borders, so every batch is full and every
-    sample is seen once per epoch.
-    """
-    _check_batch_size(batch_size)
-    data_x, data_y = np.asarray(data_x), np.asarray(data_y)
-    if len(data_y) == 0:
-        raise UsageError("no data to shuffle")
-    rng = np.random.RandomState(seed)
-
-    def generate():
-        pending = np.zeros((0,), np.int64)
-        while True:
-            while len(pending) < batch_size:
-                pending = np.concatenate([pending,
-                                          rng.permutation(len(data_y))])
-            batch, pending = pending[:batch_size], pending[batch_size:]
             yield data_x[batch], data_y[batch]
 
     return generate()

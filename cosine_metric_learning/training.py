@@ -102,11 +102,15 @@ def read_training_data(dataset, config):
 
 def _continues_recorded_run(dataset, config):
     """True if ``run_dir`` holds checkpoints and settings that match the
-    run's; UsageError if its settings differ. Writes nothing."""
+    run's; UsageError if its settings or its custom data's label numbering
+    differ. Writes nothing."""
     settings = run_settings.settings(dataset.name, config.loss_mode,
                                      dataset.image_shape)
-    has_checkpoint = tf.train.get_checkpoint_state(config.run_dir) is not None
-    return has_checkpoint and run_settings.check(config.run_dir, settings)
+    if tf.train.get_checkpoint_state(config.run_dir) is None:
+        return False
+    if dataset.label_names is not None:
+        run_settings.check_label_map(config.run_dir, dataset.label_names)
+    return run_settings.check(config.run_dir, settings)
 
 
 def prepare_run_dir(dataset, config, chief):

@@ -40,7 +40,7 @@ def _read_split(dataset_dir, split):
     image_dir = os.path.join(dataset_dir, f"bbox_{split}")
     util.require_file(list_file, "MARS image list", LAYOUT)
     util.require_dir(image_dir, "MARS image folder", LAYOUT)
-    filenames, ids, cameras, tracklets = [], [], [], []
+    filenames, ids, cameras = [], [], []
     with open(list_file) as f:
         for line in f:
             name = line.strip()
@@ -50,17 +50,16 @@ def _read_split(dataset_dir, split):
             filenames.append(os.path.join(image_dir, name[:4], name))
             ids.append(parsed[0])
             cameras.append(parsed[1])
-            tracklets.append(parsed[2])
     if not filenames:
         raise UsageError(f"no MARS image names in '{list_file}'; expected "
                          "one name like 0001C1T0001F001.jpg per line")
-    return (filenames, np.asarray(ids, np.int64),
-            np.asarray(cameras, np.int64), np.asarray(tracklets, np.int64))
+    return filenames, np.asarray(ids, np.int64), np.asarray(cameras,
+                                                            np.int64)
 
 
 def read_train_split_to_str(dataset_dir):
     """Training images (256x128 on disk) as a
-    :class:`datasets.util.TrainSplit` with tracklets."""
+    :class:`datasets.util.TrainSplit`."""
     return util.TrainSplit(*_read_split(dataset_dir, "train"))
 
 

@@ -1,4 +1,4 @@
-"""What the entry points need to know about a dataset, and the registry of
+"""What the entry points need to know about a dataset, and the specs of
 the datasets the original trains on."""
 
 import dataclasses
@@ -44,5 +44,3 @@ MARS = DatasetSpec(
     read_test=mars.read_test_protocol,
     num_validation_galleries=20,
     default_dataset_dir="./MARS-evaluation-master/")
-
-DATASETS = {spec.name: spec for spec in (MARKET1501, MARS)}

@@ -9,9 +9,8 @@ validation CMC rise within a few hundred CPU training steps.
 
 Usage::
 
-    python -m datasets.synthetic --layout=market1501 --output_dir=DIR
-    python -m datasets.synthetic --layout=mars --output_dir=DIR
-    python -m datasets.synthetic --layout=identity_folders --output_dir=DIR
+    python -m cosine_metric_learning.datasets.synthetic \
+        --layout=market1501|mars|identity_folders --output_dir=DIR
 """
 
 import argparse

@@ -78,15 +78,12 @@ class TrainSplit:
         Person ids (0-based labels for custom data).
     cameras : int64 ndarray
         0-based camera indices, -1 where unknown.
-    tracklets : int64 ndarray or None
-        MARS: the tracklet of each image.
     label_names : list of str or None
         Custom data: the identity name of each label.
     """
     filenames: np.ndarray
     ids: np.ndarray
     cameras: np.ndarray
-    tracklets: Optional[np.ndarray] = None
     label_names: Optional[list] = None
 
     def __post_init__(self):

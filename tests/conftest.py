@@ -72,7 +72,8 @@ def trained(tmp_path_factory):
     import numpy as np
     import tensorflow as tf
     from cosine_metric_learning.nets.deep_sort import network_definition
-    encoder = network_definition.spread_kernels(
+    from tests.reference import spread_kernels
+    encoder = spread_kernels(
         network_definition.create_encoder(), seed=3)
     rng = np.random.default_rng(3)
     for layer in encoder.layers:

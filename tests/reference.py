@@ -3,6 +3,42 @@
 import numpy as np
 
 
+def spread_kernels(model, seed):
+    """Give every conv and dense layer Glorot-uniform kernels, in place.
+
+    With the original's initialisation (stddev 1e-3) a fresh network maps
+    all images to nearly one point; tests and benchmarks use this to get
+    features that differ clearly per image. Training does not.
+    """
+    import keras
+    init = keras.initializers.GlorotUniform(seed=seed)
+    for layer in model.layers:
+        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
+            layer.kernel.assign(init(layer.kernel.shape))
+    return model
+
+
+def bilinear_resize(image, height, width):
+    """uint8 ``(h, w, C)`` resized as OpenCV's ``INTER_LINEAR`` and
+    TensorFlow's bilinear resize do: half-pixel centres, edge pixels
+    repeated, no antialiasing, rounded back to uint8."""
+    image = np.asarray(image, np.float64)
+
+    def axis(size_out, size_in):
+        source = np.clip((np.arange(size_out) + 0.5) * size_in / size_out
+                         - 0.5, 0, size_in - 1)
+        low = np.floor(source).astype(int)
+        return low, np.minimum(low + 1, size_in - 1), source - low
+
+    y0, y1, wy = axis(height, image.shape[0])
+    x0, x1, wx = axis(width, image.shape[1])
+    wy, wx = wy[:, None, None], wx[None, :, None]
+    top = image[y0][:, x0] * (1 - wx) + image[y0][:, x1] * wx
+    bottom = image[y1][:, x0] * (1 - wx) + image[y1][:, x1] * wx
+    return np.round(np.clip(top * (1 - wy) + bottom * wy, 0, 255)).astype(
+        np.uint8)
+
+
 def restored_encoder(checkpoint):
     """The encoder of a checkpoint, restored with ``tf.train.Checkpoint``
     directly rather than through the library's checkpoints module."""

@@ -156,12 +156,12 @@ def test_test_mode_outputs_are_checked_before_the_work(run, market_dir,
     # its own outputs are replaced; a photo of the user's is not one
     out_json, ranks = tmp_path / "test.json", tmp_path / "ranks.png"
     for _ in range(2):
-        protocol.run_test(MARKET, run[1], market_dir, "triplet",
+        protocol.run_test(MARKET, run[1], market_dir,
                           output_json=str(out_json), rank_image=str(ranks))
     assert "mAP" in json.loads(out_json.read_text())
     assert files.PNG.matches(str(ranks))
     with pytest.raises(UsageError, match=f"refusing to replace {photo}"):
-        protocol.run_test(MARKET, run[1], market_dir, "triplet",
+        protocol.run_test(MARKET, run[1], market_dir,
                           rank_image=str(photo))
     assert Image.open(photo).getpixel((0, 0)) == (0, 0, 255)
 
@@ -408,7 +408,7 @@ def test_resume_with_another_loss_is_refused(run, market_dir, tmp_path):
     log_dir, run_dir = _copy_run(run, tmp_path)
     recorded = json.loads(open(os.path.join(run_dir, "run.json")).read())
     assert recorded == {"dataset": "market1501", "loss_mode": "triplet",
-                        "image_shape": [128, 64, 3]}
+                        "image_shape": [128, 64, 3], "network": "deep_sort"}
     with pytest.raises(UsageError, match=r"cannot continue .* with "
                        r"--loss_mode=magnet: it was trained with "
                        r"--loss_mode=triplet"):
@@ -477,9 +477,18 @@ def test_damaged_restore_path_is_one_line_naming_the_file(run, tmp_path):
     assert not os.path.exists(tmp_path / "m.pb")
 
 
-def test_checkpoint_of_another_input_size_is_one_quiet_line(run, tmp_path):
+def test_another_input_size_than_the_runs_is_one_quiet_line(run, tmp_path):
+    # the run records its size: a flag that contradicts it names both
     result = run_script("train_custom.py", "--mode=freeze",
                         "--image_shape=96,48", f"--restore_path={run[1]}",
+                        f"--output={tmp_path / 'm.pb'}")
+    _one_error_line(result, "--image_shape=96,48: the run", "trained at "
+                    "128x64 (its run.json)")
+    # a checkpoint without its run.json: the shapes tell
+    _, run_dir = _copy_run(run, tmp_path)
+    os.remove(os.path.join(run_dir, "run.json"))
+    result = run_script("train_custom.py", "--mode=freeze",
+                        "--image_shape=96,48", f"--restore_path={run_dir}",
                         f"--output={tmp_path / 'm.pb'}")
     line = _one_error_line(result, "does not match the encoder",
                            "--image_shape")

@@ -95,23 +95,44 @@ def test_train_custom_end_to_end_with_another_image_shape(own_dir, tmp_path):
     checkpoint = tf.train.latest_checkpoint(tmp_path / "mine")
     assert checkpoint.endswith("ckpt-2")
 
-    result = run_script("train_custom.py", *common, "--mode=freeze",
+    # the run knows its shape and loss: later commands need not repeat them
+    later = [f"--dataset_dir={own_dir}", r"--camera_regex=^c(\d+)_",
+             f"--log_dir={tmp_path}", "--run_id=mine"]
+    result = run_script("train_custom.py", *later, "--mode=freeze",
                         f"--output={tmp_path / 'mine.pb'}")
     assert result.returncode == 0, result.stderr[-2000:]
     frozen = encoder_lib.load(str(tmp_path / "mine.pb"))
     assert frozen.image_shape == (96, 48, 3)
-    from_checkpoint = encoder_lib.load(checkpoint, image_shape=(96, 48, 3))
+    from_checkpoint = encoder_lib.load(str(tmp_path / "mine"))
+    assert from_checkpoint.image_shape == (96, 48, 3)
+    assert from_checkpoint.source == checkpoint
     image = np.asarray(Image.open(os.path.join(
         own_dir, "person_000", sorted(os.listdir(os.path.join(
             own_dir, "person_000")))[0])).resize((48, 96)))[..., ::-1]
     np.testing.assert_allclose(frozen(image[None]),
                                from_checkpoint(image[None]), atol=1e-5)
 
-    result = run_script("train_custom.py", *common, "--mode=eval",
+    result = run_script("train_custom.py", *later, "--mode=eval",
                         f"--eval_log_dir={tmp_path / 'eval'}",
                         "--max_num_evaluations=1")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "step 0: Precision@1" in result.stderr
+
+    # training continues at the run's shape, without repeating it
+    result = run_script("train_custom.py", *later, "--batch_size=16",
+                        "--number_of_steps=3")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "(step 2)" in result.stderr
+    # data whose identities are numbered otherwise cannot continue it
+    other = tmp_path / "other_people"
+    shutil.copytree(own_dir, other)
+    shutil.copytree(other / "person_000", other / "a_newcomer")
+    result = run_script("train_custom.py", *later, f"--dataset_dir={other}",
+                        "--batch_size=16", "--number_of_steps=4")
+    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr[-2000:]
+    assert "numbered otherwise than its labels.json" in errors[0]
+    assert "label 0 differs" in errors[0]
 
     for args, message in (
             (["--image_shape=4,4"], "--image_shape=4,4"),

@@ -90,8 +90,9 @@ def test_mars_splits_follow_the_info_lists(mars_dir):
     for split, reader in (("train", mars.read_train_split_to_str),
                           ("test", mars.read_test_split_to_str)):
         read = reader(mars_dir)
-        filenames, ids, cameras, tracklets = (read.filenames, read.ids,
-                                              read.cameras, read.tracklets)
+        filenames, ids, cameras = read.filenames, read.ids, read.cameras
+        tracklets = [mars.parse_filename(os.path.basename(p))[2]
+                     for p in filenames]
         with open(os.path.join(mars_dir, "info", f"{split}_name.txt")) as f:
             names = f.read().split()
         assert [os.path.basename(p) for p in filenames] == names

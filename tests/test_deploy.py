@@ -196,7 +196,7 @@ def test_test_mode_measures_the_exported_models(trained, cli_exports,
     onnx, int8_onnx, int8 = cli_exports
     # in this process: the entry point passes --restore_path and --backend
     # to run_test
-    numbers = {name: protocol.run_test(MARKET, model, market_dir, "triplet",
+    numbers = {name: protocol.run_test(MARKET, model, market_dir,
                                        backend=backend)
                for name, model, backend in (
                    ("checkpoint", checkpoint, "auto"),
@@ -264,14 +264,16 @@ def test_a_missing_extra_is_one_line_naming_it(monkeypatch, tmp_path):
         assert "\n" not in message
 
 
-def test_an_onnx_of_another_input_shape_is_refused_by_test_mode(
+def test_test_mode_reads_the_images_at_an_exported_models_size(
         market_dir, tmp_path):
     small = network_definition.create_encoder((64, 32, 3))
     path = deploy.write_onnx(small, str(tmp_path / "small.onnx"), (64, 32, 3))
     assert encoder_lib.load(path).image_shape == (64, 32, 3)
-    with pytest.raises(UsageError, match=r"takes patches of \(64, 32, 3\); "
-                       r"market1501 is evaluated at \(128, 64, 3\)"):
-        protocol.run_test(MARKET, path, market_dir, "triplet")
+    summary = protocol.run_test(MARKET, path, market_dir)
+    assert summary["num_queries"] > 0 and summary["checkpoint"] == path
+    with pytest.raises(UsageError, match=r"image_shape=\(128, 64, 3\): the "
+                       r"model .*small.onnx takes patches of 64x32"):
+        protocol.run_test(MARKET, path, market_dir, image_shape=(128, 64, 3))
 
 
 def test_corrupt_or_foreign_models_and_unknown_backends_are_one_line(
@@ -288,7 +290,6 @@ def test_corrupt_or_foreign_models_and_unknown_backends_are_one_line(
     # reason, not the source file OpenVINO raised it in
     xml = exports[1]
     weights = open(xml[:-4] + ".bin", "rb").read()
-    int8_bin = tmp_path / "int8.bin"
     for name, data, reason in (
             ("missing", None, "bin file cannot be found"),
             ("truncated", weights[:100000], "Incorrect weights in bin file"),
@@ -302,9 +303,9 @@ def test_corrupt_or_foreign_models_and_unknown_backends_are_one_line(
         assert "OpenVINO cannot load it: " in message and reason in message
         assert "Exception from" not in message and "\n" not in message
         assert "the .bin written with it" in message
-    with pytest.raises(UsageError, match="--backend=onnxruntime cannot run"):
+    with pytest.raises(UsageError, match="backend='onnxruntime': cannot run"):
         encoder_lib.load(exports[1], backend="onnxruntime")
-    with pytest.raises(UsageError, match="--backend=tensorrt: expected"):
+    with pytest.raises(UsageError, match="backend='tensorrt': expected"):
         encoder_lib.load(exports[0], backend="tensorrt")
     # an ONNX model that takes float NCHW input, as other projects export
     import onnx

@@ -17,7 +17,7 @@ from cosine_metric_learning import training
 from cosine_metric_learning.errors import UsageError
 from tests.conftest import ENV, ROOT, small_config
 from tests.reference import gate_reference, kit_reference, rerank_reference
-from tests.reference import restored_encoder
+from tests.reference import restored_encoder, spread_kernels
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 from cosine_metric_learning.datasets.spec import MARS
 
@@ -164,7 +164,7 @@ def spread_checkpoint(tmp_path_factory):
     kernels give the protocol tests well separated distances.
     """
     from cosine_metric_learning.nets.deep_sort import network_definition
-    encoder = network_definition.spread_kernels(
+    encoder = spread_kernels(
         network_definition.create_encoder(), seed=11)
     path = str(tmp_path_factory.mktemp("spread") / "encoder")
     return tf.train.Checkpoint(encoder=encoder).write(path)
@@ -188,12 +188,12 @@ def _check_against_reference(summary, split, features, distances, query,
 def test_market1501_test_mode_equals_a_reference_loop(
         market_dir, spread_checkpoint, tmp_path):
     summary = protocol.run_test(
-        MARKET, spread_checkpoint, market_dir, "cosine-softmax",
+        MARKET, spread_checkpoint, market_dir,
         batch_size=64, output_json=str(tmp_path / "out.json"),
         rank_image=str(tmp_path / "ranks.png"), rerank_parameters=(20, 6, 0.3))
     split, features, _ = protocol.test_features(MARKET, spread_checkpoint,
                                                   market_dir, 64)
-    _, distances = protocol.evaluate_split(split, features, "cosine")
+    _, distances = protocol.evaluate_split(split, features)
     # reference: list the folders and parse the names here
     index = {f: i for i, f in enumerate(split.filenames)}
 
@@ -241,11 +241,10 @@ def test_market1501_test_mode_equals_a_reference_loop(
 
 def test_mars_test_mode_pools_tracklets_and_equals_a_reference_loop(
         mars_dir, spread_checkpoint):
-    summary = protocol.run_test(MARS, spread_checkpoint, mars_dir,
-                                  "cosine-softmax", batch_size=64)
+    summary = protocol.run_test(MARS, spread_checkpoint, mars_dir, batch_size=64)
     split, features, _ = protocol.test_features(MARS, spread_checkpoint,
                                                   mars_dir, 64)
-    _, distances = protocol.evaluate_split(split, features, "cosine")
+    _, distances = protocol.evaluate_split(split, features)
     info = os.path.join(mars_dir, "info")
     with open(os.path.join(info, "test_name.txt")) as f:
         names = f.read().split()
@@ -313,15 +312,31 @@ def test_export_writes_kit_files_in_kit_order(
 
 def test_missing_or_foreign_checkpoints_are_clear_errors(
         market_dir, tmp_path):
-    with pytest.raises(UsageError, match="--restore_path is required"):
-        protocol.run_test(MARKET, None, market_dir, "triplet")
+    with pytest.raises(UsageError, match="path=None: expected a model"):
+        protocol.run_test(MARKET, None, market_dir)
     with pytest.raises(UsageError, match="no such checkpoint"):
-        protocol.run_test(MARKET, str(tmp_path / "nope"), market_dir,
-                            "triplet")
+        protocol.run_test(MARKET, str(tmp_path / "nope"), market_dir)
     foreign = tf.train.Checkpoint(something=tf.Variable(1.0)).save(
         str(tmp_path / "foreign"))
     with pytest.raises(UsageError, match="has no encoder"):
-        protocol.run_test(MARKET, foreign, market_dir, "triplet")
+        protocol.run_test(MARKET, foreign, market_dir)
+
+
+def test_an_evaluation_that_fails_is_not_blamed_on_the_checkpoint(
+        market_dir, market_checkpoint, tmp_path, caplog):
+    """Only reading a checkpoint is retried; an input size that contradicts
+    the run's, or validation images that cannot be encoded, stop the
+    evaluator with their own message."""
+    config = settings.EvalConfig(
+        dataset_dir=market_dir, log_dir=os.path.dirname(
+            os.path.dirname(market_checkpoint)), run_id="run",
+        eval_log_dir=str(tmp_path), batch_size=64, eval_interval_secs=0.05,
+        eval_timeout_secs=5)
+    with caplog.at_level("WARNING"):
+        with pytest.raises(UsageError, match=r"image_shape=\(96, 48, 3\): "
+                           "the run .* was trained at 128x64"):
+            evaluator.evaluate_checkpoints(MARKET, config, (96, 48, 3))
+    assert "Cannot read checkpoint" not in caplog.text
 
 
 def test_evaluator_skips_an_unreadable_checkpoint_and_goes_on(
@@ -367,8 +382,7 @@ def test_pytorch_result_export_reproduces_the_test_numbers(
     expected = kit_reference(distances, mat["query_label"][0],
                              mat["gallery_label"][0], mat["query_cam"][0],
                              mat["gallery_cam"][0], (1, 5))
-    summary = protocol.run_test(MARS, spread_checkpoint, mars_dir,
-                                "cosine-softmax", batch_size=64)
+    summary = protocol.run_test(MARS, spread_checkpoint, mars_dir, batch_size=64)
     for key in ("rank-1", "rank-5", "mAP", "mINP"):
         assert summary[key] == pytest.approx(expected[key], abs=1e-6), key
     # it replaces only its own kind

@@ -16,7 +16,7 @@ from cosine_metric_learning import export, preprocessing
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.nets.deep_sort import network_definition
 from tests.conftest import ENV, ROOT, run_script
-from tests.reference import keras_features
+from tests.reference import bilinear_resize, keras_features
 
 pytestmark = pytest.mark.slow
 
@@ -133,16 +133,13 @@ def test_box_encoder_crops_like_deep_sort(trained, frozen):
     assert out.shape == (3, 128)
 
     # box 1 by hand: width 0.5 * 120 = 60 about the centre 120 -> x 90..150
-    patch = np.asarray(Image.fromarray(frame[50:170, 90:150]).resize(
-        (64, 128), Image.Resampling.BILINEAR))
+    patch = bilinear_resize(frame[50:170, 90:150], 128, 64)
     # box 2: width 50, x -30 -> centre -5 -> x -30..20 clipped to 0..20,
     # y -20..80 clipped to 0..80
-    patch2 = np.asarray(Image.fromarray(frame[0:80, 0:20]).resize(
-        (64, 128), Image.Resampling.BILINEAR))
+    patch2 = bilinear_resize(frame[0:80, 0:20], 128, 64)
     # box 3: narrowed to 50 about the centre 330 -> x 305..355, y 200..300,
     # clipped to the last pixel: 305..319, 200..239
-    patch3 = np.asarray(Image.fromarray(frame[200:239, 305:319]).resize(
-        (64, 128), Image.Resampling.BILINEAR))
+    patch3 = bilinear_resize(frame[200:239, 305:319], 128, 64)
     expected = keras_features(encoder, np.stack([patch, patch2, patch3]))
     assert np.abs(out - expected).max() < 1e-4
 

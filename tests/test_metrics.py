@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from cosine_metric_learning import losses, metrics, protocol
+from cosine_metric_learning import metrics, protocol
 from cosine_metric_learning.datasets import util as dataset_util
 from tests.reference import gate_reference, kit_reference
 
@@ -111,15 +112,16 @@ def test_ranking_with_many_exact_ties_equals_a_per_query_loop():
 def test_distance_matrix_against_numpy():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(4, 6)), rng.normal(size=(5, 6))
-    sq = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
-    np.testing.assert_allclose(metrics.distance_matrix(a, b, "sqeuclidean"),
-                               sq, rtol=1e-4, atol=1e-4)
     cos = 1 - (a @ b.T) / np.outer(np.linalg.norm(a, axis=1),
                                    np.linalg.norm(b, axis=1))
-    np.testing.assert_allclose(metrics.distance_matrix(a, b, "cosine"), cos,
-                               atol=1e-5)
-    assert losses.get("cosine-softmax").metric == "cosine"
-    assert losses.get("triplet").metric == "sqeuclidean"
+    np.testing.assert_allclose(metrics.distance_matrix(a, b), cos, atol=1e-5)
+    # on unit-length features squared Euclidean distance is twice the
+    # cosine distance: either ranks them alike
+    a /= np.linalg.norm(a, axis=1, keepdims=True)
+    b /= np.linalg.norm(b, axis=1, keepdims=True)
+    sq = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    np.testing.assert_allclose(2 * metrics.distance_matrix(a, b, tf.float64),
+                               sq, atol=1e-12)
 
 
 def _reference_gallery(ids, cams, seed):
@@ -162,9 +164,9 @@ def test_validation_cmc_on_hand_made_features():
     ids = np.repeat(np.arange(4), 2)
     cams = np.tile([0, 1], 4)
     features = np.array([[1, 0, 0], [1, 0, 0], [0, 1, 0], [0, 1, 0],
-                         [0, 0, 1], [0, 0, 1], [-1, 0, 0], [0, 0.1, 1]],
+                         [0, 0, 1], [0, 0, 1], [-1, 0.2, 0], [0, 0.1, 1]],
                         np.float32)
-    result = metrics.validation_cmc(features, ids, cams, 3, "sqeuclidean")
+    result = metrics.validation_cmc(features, ids, cams, 3)
     # the probe of identity 3 is image 6 or 7 at random; either way its
     # match is not the nearest gallery entry: rank-1 = 3/4
     assert result["Precision@1"] == pytest.approx(0.75)
@@ -181,7 +183,7 @@ def _near_tie(seed):
     q = rng.normal(size=16).astype(np.float32)
     q /= np.linalg.norm(q)
     g = (q + 3e-4 * rng.normal(size=(2, 16))).astype(np.float32)
-    f32 = metrics.distance_matrix(q[None], g, "cosine")[0]
+    f32 = metrics.distance_matrix(q[None], g)[0]
     g64 = g.astype(float) / np.linalg.norm(g.astype(float), axis=1,
                                            keepdims=True)
     f64 = 1 - g64 @ (q.astype(float) / np.linalg.norm(q.astype(float)))
@@ -200,10 +202,10 @@ def test_the_test_protocol_ranks_near_ties_in_double_precision():
         gallery_ids=np.array([2, 1]), gallery_cameras=np.array([1, 1]),
         exports={})
     # in float32 the distances tie and the distractor, listed first, wins
-    float32 = metrics.distance_matrix(features[:1], features[1:], "cosine")
+    float32 = metrics.distance_matrix(features[:1], features[1:])
     assert metrics.evaluate_ranking(float32, [1], [2, 1], [0], [1, 1])[
         "rank-1"] == 0.0
-    result, distances = protocol.evaluate_split(split, features, "cosine")
+    result, distances = protocol.evaluate_split(split, features)
     assert distances.dtype == np.float64
     assert distances[0, 1] < distances[0, 0]
     assert result["rank-1"] == 1.0 and result["mINP"] == 1.0

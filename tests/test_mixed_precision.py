@@ -11,6 +11,7 @@ from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.nets.deep_sort import network_definition
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 from tests.conftest import small_config
+from tests.reference import spread_kernels
 
 
 def test_bf16_model_keeps_float32_weights_features_and_logits():
@@ -31,7 +32,7 @@ def test_bf16_features_agree_with_float32_on_the_same_weights():
     f32 = network_definition.create_encoder()
     with model_lib.dtype_policy("mixed_bfloat16"):
         bf16 = network_definition.create_encoder()
-    network_definition.spread_kernels(f32, seed=5)
+    spread_kernels(f32, seed=5)
     bf16.set_weights(f32.get_weights())
     images = tf.random.uniform((8, 128, 64, 3), seed=6)
     a = f32(images, training=False).numpy()

@@ -46,3 +46,29 @@ def test_install_leaves_another_datasets_package_importable(tmp_path):
                   cwd=str(tmp_path),
                   env=dict(ENV, PYTHONPATH=str(tmp_path / "other")))
     assert result.stdout.strip() == "ok"
+
+
+def test_the_package_is_its_folder_and_the_two_it_maps():
+    """In a checkout (an editable install): ``datasets/`` and ``nets/`` are
+    subpackages, and nothing else of the checkout is part of the
+    package."""
+    result = _run(sys.executable, "-c", """
+import importlib.util
+import cosine_metric_learning
+import cosine_metric_learning.datasets.synthetic as synthetic
+import cosine_metric_learning.nets.deep_sort.network_definition as network
+print(cosine_metric_learning.__path__)
+print(synthetic.__file__)
+print(network.__file__)
+for name in ("tests", "benchmarks", "examples"):
+    print(importlib.util.find_spec(f"cosine_metric_learning.{name}"))
+""", cwd=ROOT)
+    lines = result.stdout.splitlines()
+    assert lines[0] == str([os.path.join(ROOT, "cosine_metric_learning")])
+    assert lines[1] == os.path.join(ROOT, "datasets", "synthetic.py")
+    assert lines[2] == os.path.join(ROOT, "nets", "deep_sort",
+                                    "network_definition.py")
+    assert lines[3:] == ["None"] * 3
+    # the module's documented command runs
+    _run(sys.executable, "-m", "cosine_metric_learning.datasets.synthetic",
+         "--help", cwd=str(os.path.dirname(ROOT)))

@@ -59,3 +59,52 @@ def test_preprocess_scales_flips_in_training_only_and_reverses_bgr():
             np.testing.assert_allclose(train, out[:, ::-1], rtol=1e-6)
             flips.add(True)
     assert flips == {False, True}
+
+
+def test_one_image_gives_one_feature_on_every_path(trained, tmp_path):
+    """A 256x128 image through the encode command, ``Encoder.predict`` (a
+    crop in memory), the box encoder and the test protocol's reading path:
+    one reader and one resize, so one feature."""
+    from cosine_metric_learning import encoder as encoder_lib
+    from cosine_metric_learning import features
+    from tests.conftest import run_script
+    checkpoint, _ = trained
+    rng = np.random.default_rng(4)
+    rgb = (_gradient(256, 128).astype(int) + rng.integers(
+        -40, 40, (256, 128, 3))).clip(0, 255).astype(np.uint8)
+    path = tmp_path / "crop.png"
+    Image.fromarray(rgb).save(path)
+    result = run_script("-m", "cosine_metric_learning.encode",
+                        f"--model={checkpoint}", f"--images={tmp_path}",
+                        f"--output={tmp_path / 'f.npy'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    command = np.load(tmp_path / "f.npy")[0]
+    model = encoder_lib.load(checkpoint)
+    bgr = np.ascontiguousarray(rgb[..., ::-1])
+    predicted = model.predict([bgr])[0]
+    boxed = encoder_lib.create_box_encoder(model)(
+        np.pad(bgr, ((10, 10), (84, 84), (0, 0))), [[84, 10, 128, 256]])[0]
+    protocol_path = features.make_patch_encode_fn(model, 8)([str(path)])[0]
+    for name, values in (("predict", predicted), ("box encoder", boxed),
+                         ("test protocol", protocol_path)):
+        np.testing.assert_allclose(values, command, atol=1e-5,
+                                   err_msg=name)
+    # a resize that antialiases (PIL's bilinear shrinks so) would differ
+    pil = np.asarray(Image.fromarray(bgr).resize((64, 128),
+                                                 Image.Resampling.BILINEAR))
+    assert np.abs(model(pil[None])[0] - command).max() > 1e-3
+
+
+def test_resize_is_bilinear_with_half_pixel_centres():
+    """Against an independent resize, up and down, batched or not; no
+    antialiasing when shrinking."""
+    from tests.reference import bilinear_resize
+    image = (_gradient(37, 23).astype(int) * 7 % 256).astype(np.uint8)
+    for height, width in ((128, 64), (16, 8), (37, 23)):
+        expected = bilinear_resize(image, height, width)
+        got = preprocessing.resize(image, (height, width, 3)).numpy()
+        assert np.abs(got.astype(int) - expected).max() <= 1, (height, width)
+        batch = preprocessing.resize(image[None], (height, width)).numpy()
+        np.testing.assert_array_equal(batch[0], got)
+    np.testing.assert_array_equal(preprocessing.resize(image, (37, 23)),
+                                  image)

@@ -125,17 +125,3 @@ def create_classifier(num_classes, feature_dim=FEATURE_DIM, name="classifier",
     logits = CosineSoftmaxHead(num_classes, initial_scale, name="ball",
                                dtype="float32")(features)
     return keras.Model(features, logits, name=name)
-
-
-def spread_kernels(model, seed):
-    """Give every conv and dense layer Glorot-uniform kernels, in place.
-
-    With the original's initialisation (stddev 1e-3) a fresh network maps
-    all images to nearly one point; tests and benchmarks use this to get
-    features that differ clearly per image. Training does not.
-    """
-    init = keras.initializers.GlorotUniform(seed=seed)
-    for layer in model.layers:
-        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
-            layer.kernel.assign(init(layer.kernel.shape))
-    return model

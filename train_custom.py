@@ -26,7 +26,7 @@ DATASET = DatasetSpec(
 
 
 def define_flags():
-    cli.define_image_shape_flag()
+    cli.define_config_flags([settings.ShapeConfig])
     flags.DEFINE_enum("layout", "auto", list(image_folder.LAYOUTS),
                       "How identities are laid out in --dataset_dir.")
     flags.DEFINE_string("camera_regex", None,

@@ -3,9 +3,11 @@ errors.
 
 ``train_market1501.py``, ``train_mars.py`` and ``train_custom.py`` describe
 their dataset with a :class:`datasets.spec.DatasetSpec` and call
-:func:`main`. The flags of the training and evaluator settings are derived
-from :mod:`cosine_metric_learning.settings`; the flags of the other modes
-are defined here.
+:func:`main`. Every flag is derived from a field of the modes' settings
+classes (:mod:`cosine_metric_learning.settings`); each mode is a function
+of its settings object. This module and the encode command are the only
+readers of absl's ``FLAGS``; errors of the library that name an argument
+are shown here with the flag it came from.
 """
 
 import dataclasses
@@ -17,9 +19,8 @@ import typing
 
 from absl import app, flags
 
-from cosine_metric_learning import backends, checkpoints, deploy, evaluator
-from cosine_metric_learning import export, files
-from cosine_metric_learning import kit_features, protocol, rerank
+from cosine_metric_learning import checkpoints, deploy, evaluator, export
+from cosine_metric_learning import files, kit_features, protocol
 from cosine_metric_learning import run_settings, settings, training
 from cosine_metric_learning.errors import INTERRUPTED, INTERRUPTED_STATUS
 from cosine_metric_learning.errors import ArgumentError, TrainingError
@@ -62,6 +63,33 @@ EXPORTERS = {
 INT8_QUANTISERS = {Mode.ONNX: "onnxruntime", Mode.OPENVINO: "nncf"}
 
 
+# the settings of each mode
+CONFIGS = {Mode.TRAIN: settings.TrainConfig, Mode.EVAL: settings.EvalConfig,
+           Mode.TEST: settings.TestConfig,
+           **{mode: settings.ExportConfig for mode in (Mode.EXPORT,
+                                                       *EXPORTERS)}}
+
+
+def define_config_flags(config_classes, defaults=None):
+    """Define a flag for every field of the settings classes (each name
+    once: fields shared through a base class are one field)."""
+    defaults = defaults or {}
+    seen = set()
+    for config in config_classes:
+        for field in dataclasses.fields(config):
+            if field.name in seen:
+                continue
+            seen.add(field.name)
+            default = defaults.get(field.name, field.default)
+            if field.name == "log_dir":
+                # absl.logging already defines --log_dir (for log files it
+                # only writes when asked to); the original's flag takes it
+                FLAGS.set_default("log_dir", default)
+                FLAGS["log_dir"].help = field.metadata["help"]
+            else:
+                _define(field, default)
+
+
 def _define(field, default):
     """Define the flag of a settings field."""
     name, help_text = field.name, field.metadata["help"]
@@ -82,119 +110,38 @@ def _define(field, default):
 def define_flags(dataset):
     """Define the command-line flags (the original's names and defaults)."""
     flags.DEFINE_enum_class("mode", Mode.TRAIN, Mode, "What to do.")
-    defaults = {"dataset_dir": dataset.default_dataset_dir,
-                "log_dir": f"./output/{dataset.name}/",
-                "eval_log_dir": f"./output/{dataset.name}_eval/"}
-    seen = set()
-    for config in (settings.TrainConfig, settings.EvalConfig):
-        for field in dataclasses.fields(config):
-            if field.name in seen:
-                continue
-            seen.add(field.name)
-            default = defaults.get(field.name, field.default)
-            if field.name == "log_dir":
-                # absl.logging already defines --log_dir (for log files it
-                # only writes when asked to); the original's flag takes it
-                FLAGS.set_default("log_dir", default)
-                FLAGS["log_dir"].help = field.metadata["help"]
-            else:
-                _define(field, default)
-    if dataset.default_sdk_dir is not None:
-        flags.DEFINE_string("sdk_dir", dataset.default_sdk_dir,
-                            "Path to the official evaluation kit.")
-    # --mode=test
-    flags.DEFINE_string("output_json", None, "test: also write the numbers "
-                        "to this JSON file.")
-    flags.DEFINE_boolean("flip_test", False, "test: add the features of the "
-                         "mirrored images (sum, re-normalised).")
-    flags.DEFINE_string("rank_image", None, "test: draw queries and their "
-                        "top 10 gallery entries into this PNG file.")
-    flags.DEFINE_boolean("rerank", False, "test: also report the numbers "
-                         "after k-reciprocal re-ranking (Zhong et al., 2017).")
-    flags.DEFINE_integer("rerank_k1", rerank.K1, "test --rerank: k1, the "
-                         "size of the k-reciprocal neighbour lists.")
-    flags.DEFINE_integer("rerank_k2", rerank.K2, "test --rerank: k2, the "
-                         "neighbours averaged by local query expansion.")
-    flags.DEFINE_float("rerank_lambda", rerank.LAMBDA, "test --rerank: the "
-                       "weight of the original distance beside the Jaccard "
-                       "distance.")
-    define_backend_flag("test, export: the runtime of an exported "
-                        "--restore_path")
-    # --mode=export
-    flags.DEFINE_enum("format", "kit", kit_features.FORMATS, "export: kit "
-                      "(the official kits' feature files) or pytorch_result "
-                      "(one .mat as PyTorch re-id evaluation scripts read "
-                      "it, to --output, default <dataset>_pytorch_result"
-                      ".mat).")
-    # --mode=freeze, finalize, saved_model, onnx, openvino
-    flags.DEFINE_string(
-        "output", None, "freeze: the .pb file (default <dataset>.pb); "
-        "finalize: the checkpoint prefix (default <dataset>.ckpt); "
-        "saved_model: the folder (default <dataset>_saved_model); onnx: the "
-        ".onnx file (default <dataset>.onnx); openvino: the .xml file, the "
-        ".bin goes beside it (default <dataset>.xml, <dataset>_int8.xml).")
-    flags.DEFINE_boolean("int8", False, "onnx, openvino: quantise to int8 "
-                         "(ONNX Runtime's static quantisation, NNCF), "
-                         "calibrated on training images of --dataset_dir "
-                         "(default output <dataset>_int8.onnx, "
-                         "<dataset>_int8.xml).")
-    flags.DEFINE_integer("calibration_images",
-                         deploy.DEFAULT_CALIBRATION_IMAGES,
-                         "--int8: how many training images to calibrate on "
-                         "(spread evenly over the set).")
-
-
-def define_backend_flag(purpose):
-    """``--backend``, for the entry points and the encode command."""
-    flags.DEFINE_enum("backend", "auto", backends.NAMES, f"{purpose}: auto "
-                      "(tensorflow for TensorFlow formats, onnxruntime for "
-                      ".onnx, openvino for .xml), or onnxruntime or openvino "
-                      "for .onnx.")
-
-
-def define_image_shape_flag():
-    """``--image_shape``, for ``train_custom.py`` and the encode command."""
-    flags.DEFINE_string("image_shape", None, "HEIGHT,WIDTH of the network "
-                        "input, e.g. 96,48; images are resized to it. "
-                        "Default: a run's own (its run.json; exported models "
-                        "carry theirs), else 128,64. Given, it must agree "
-                        "with the run's.")
+    define_config_flags(dict.fromkeys(CONFIGS.values()), {
+        "dataset_dir": dataset.default_dataset_dir,
+        "log_dir": f"./output/{dataset.name}/",
+        "eval_log_dir": f"./output/{dataset.name}_eval/",
+        "sdk_dir": dataset.default_sdk_dir})
 
 
 # the flags the library's arguments come from, for its messages
 FLAG_NAMES = {"path": "--restore_path", "backend": "--backend",
-              "image_shape": "--image_shape"}
-
-
-def _requested_shape(dataset):
-    """The input shape the command line asks for, None if it leaves it to
-    the run (only ``train_custom.py`` has ``--image_shape``)."""
-    if "image_shape" in FLAGS and FLAGS.image_shape is not None:
-        return tuple(dataset.image_shape)
-    return None
+              "image_shape": "--image_shape", "count":
+              "--calibration_images"}
 
 
 def config_from_flags(config_class):
-    """A TrainConfig or EvalConfig with the values of the flags."""
+    """A settings object of ``config_class`` with the values of the
+    flags, validated."""
     values = {field.name: FLAGS[field.name].value
               for field in dataclasses.fields(config_class)}
     if config_class is settings.TrainConfig:
         values["run_id"] = values["run_id"] or training.random_run_id()
-    return config_class(**values)
+    config = config_class(**values)
+    config.validate()
+    return config
 
 
-def restore_path_from_flags():
-    """``--restore_path``, else the latest checkpoint of ``--run_id``."""
-    if FLAGS.restore_path is None and FLAGS.run_id is not None:
-        return os.path.join(FLAGS.log_dir, FLAGS.run_id)
-    return FLAGS.restore_path
+# The modes: each a function of the dataset, its settings and the input
+# shape asked for (None: the run's or the model's own) -------------------
 
-
-def _train(dataset):
-    config = config_from_flags(settings.TrainConfig)
+def _train(dataset, config, image_shape):
     run = run_settings.describe(config.run_dir) if os.path.isdir(
         config.run_dir) else None
-    if run is not None and _requested_shape(dataset) is None:
+    if run is not None and image_shape is None:
         # continuing a run: its input shape need not be repeated
         dataset = dataclasses.replace(dataset, image_shape=run.image_shape)
     result = training.train(dataset, config)
@@ -206,83 +153,80 @@ def _train(dataset):
     return 0
 
 
-def _eval(dataset):
-    if FLAGS.run_id is None:
+def _eval(dataset, config, image_shape):
+    if config.run_id is None:
         raise UsageError("--mode=eval needs --run_id: the training run in "
                          "--log_dir to evaluate")
-    evaluator.evaluate_checkpoints(dataset,
-                                   config_from_flags(settings.EvalConfig),
-                                   _requested_shape(dataset))
+    evaluator.evaluate_checkpoints(dataset, config, image_shape)
     return 0
 
 
-def _test(dataset):
+def _test(dataset, config, image_shape):
     protocol.run_test(
-        dataset, restore_path_from_flags(), FLAGS.dataset_dir,
-        batch_size=FLAGS.batch_size,
-        flip_test=FLAGS.flip_test, output_json=FLAGS.output_json,
-        rank_image=FLAGS.rank_image, backend=FLAGS.backend,
-        rerank_parameters=(FLAGS.rerank_k1, FLAGS.rerank_k2,
-                           FLAGS.rerank_lambda) if FLAGS.rerank else None,
-        image_shape=_requested_shape(dataset))
+        dataset, config.model_path, config.dataset_dir,
+        batch_size=config.batch_size, flip_test=config.flip_test,
+        output_json=config.output_json, rank_image=config.rank_image,
+        backend=config.backend, rerank_parameters=config.rerank_parameters,
+        image_shape=image_shape)
     return 0
 
 
-def _export_kit_features(dataset):
-    if FLAGS.format == "pytorch_result":
+def _export_kit_features(dataset, config, image_shape):
+    if config.format == "pytorch_result":
         print("wrote " + kit_features.export_pytorch_result(
-            dataset, restore_path_from_flags(), FLAGS.dataset_dir,
-            FLAGS.output or f"{dataset.name}_pytorch_result.mat",
-            batch_size=FLAGS.batch_size,
-            image_shape=_requested_shape(dataset)))
+            dataset, config.model_path, config.dataset_dir,
+            config.output or f"{dataset.name}_pytorch_result.mat",
+            batch_size=config.batch_size, image_shape=image_shape))
         return 0
-    output_dir = (FLAGS.sdk_dir if dataset.default_sdk_dir is not None
-                  else FLAGS.dataset_dir)
+    output_dir = (config.sdk_dir if dataset.default_sdk_dir is not None
+                  else config.dataset_dir)
     for path in kit_features.export_features(
-            dataset, restore_path_from_flags(), FLAGS.dataset_dir,
-            output_dir, batch_size=FLAGS.batch_size,
-            image_shape=_requested_shape(dataset)):
+            dataset, config.model_path, config.dataset_dir, output_dir,
+            batch_size=config.batch_size, image_shape=image_shape):
         print(f"wrote {path}")
     return 0
 
 
-def _export_model(dataset):
-    write, check, default = EXPORTERS[FLAGS.mode]
-    if FLAGS.int8 and FLAGS.mode not in INT8_QUANTISERS:
-        raise UsageError(f"--int8 with --mode={FLAGS.mode.value}: int8 "
-                         "models are written by --mode=onnx and "
-                         "--mode=openvino")
-    output = FLAGS.output or default.format(
-        name=dataset.name, int8="_int8" if FLAGS.int8 else "")
-    check(output)  # before the work: a bad path fails at once
-    if FLAGS.int8:
-        deploy.require(INT8_QUANTISERS[FLAGS.mode], "--int8")
-    encoder, path = checkpoints.load_encoder(restore_path_from_flags(),
-                                             _requested_shape(dataset))
-    shape = tuple(encoder.input_shape[1:])
-    options = {}
-    if FLAGS.int8:
-        options["calibration"] = deploy.calibration_patches(
-            dataset.read_train(FLAGS.dataset_dir).filenames,
-            FLAGS.calibration_images, shape)
-    print(f"wrote {write(encoder, output, shape, **options)} "
-          f"(encoder of {path})")
-    return 0
+def _export_model(mode):
+    write, check, default = EXPORTERS[mode]
+
+    def run(dataset, config, image_shape):
+        if config.int8 and mode not in INT8_QUANTISERS:
+            raise UsageError(f"--int8 with --mode={mode.value}: int8 "
+                             "models are written by --mode=onnx and "
+                             "--mode=openvino")
+        output = config.output or default.format(
+            name=dataset.name, int8="_int8" if config.int8 else "")
+        check(output)  # before the work: a bad path fails at once
+        if config.int8:
+            deploy.require(INT8_QUANTISERS[mode], "--int8")
+        encoder, path = checkpoints.load_encoder(config.model_path,
+                                                 image_shape)
+        shape = tuple(encoder.input_shape[1:])
+        options = {}
+        if config.int8:
+            options["calibration"] = deploy.calibration_patches(
+                dataset.read_train(config.dataset_dir).filenames,
+                config.calibration_images, shape)
+        print(f"wrote {write(encoder, output, shape, **options)} "
+              f"(encoder of {path})")
+        return 0
+
+    return run
 
 
 RUNNERS = {Mode.TRAIN: _train, Mode.EVAL: _eval, Mode.TEST: _test,
            Mode.EXPORT: _export_kit_features,
-           **{mode: _export_model for mode in EXPORTERS}}
+           **{mode: _export_model(mode) for mode in EXPORTERS}}
 
 
-def run_mode(dataset):
-    """Run the mode the flags ask for; returns the process exit status."""
-    mode = FLAGS.mode
+def run_mode(dataset, mode, config, image_shape=None):
+    """Run ``mode`` with its settings; returns the process exit status."""
     if mode in (Mode.TEST, Mode.EXPORT) and dataset.read_test is None:
         raise UsageError(f"--mode={mode.value}: {dataset.name} data has no "
                          "standard test split; --mode=eval gives validation "
                          "numbers")
-    return RUNNERS[mode](dataset)
+    return RUNNERS[mode](dataset, config, image_shape)
 
 
 def main(dataset, make_dataset=None, extra_flags=None):
@@ -307,7 +251,10 @@ def main(dataset, make_dataset=None, extra_flags=None):
         try:
             spec = dataset if make_dataset is None else make_dataset(dataset,
                                                                      FLAGS)
-            return run_mode(spec)
+            # only train_custom.py has --image_shape; unset, the run's own
+            given = "image_shape" in FLAGS and FLAGS.image_shape is not None
+            return run_mode(spec, FLAGS.mode, config_from_flags(
+                CONFIGS[FLAGS.mode]), spec.image_shape if given else None)
         except ArgumentError as e:
             print(f"error: {e.for_flags(FLAG_NAMES)}", file=sys.stderr)
             return 2

@@ -30,7 +30,7 @@ from absl import logging
 from tensorflow.python.util import deprecation
 
 from cosine_metric_learning import export, files, preprocessing
-from cosine_metric_learning.errors import UsageError
+from cosine_metric_learning.errors import ArgumentError, UsageError
 
 ONNX_OPSET = 17
 # the normalisation's floor of the squared norm, as tf.math.l2_normalize
@@ -269,8 +269,7 @@ def calibration_patches(filenames, count, image_shape):
     ``filenames`` (a fixed choice), read as the pipeline reads them;
     unreadable files are skipped."""
     if count < 1:
-        raise UsageError(f"--calibration_images={count}: expected an integer "
-                         ">= 1")
+        raise ArgumentError("count", count, "expected an integer >= 1")
     chosen = np.unique(np.linspace(0, len(filenames) - 1,
                                    min(count, len(filenames))).astype(int))
     patches = []

@@ -32,9 +32,6 @@ from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.errors import parse_flags
 
-FLAGS = flags.FLAGS
-
-
 def list_images(pattern):
     """Sorted image files of a folder or a glob pattern."""
     if os.path.isdir(pattern):
@@ -150,17 +147,13 @@ def main(argv):
               file=sys.stderr)
         return 2
     try:
-        check_output(FLAGS.output)
-        if FLAGS.batch_size < 1:
-            raise UsageError(f"--batch_size={FLAGS.batch_size}: expected an "
-                             "integer >= 1")
-        paths = list_images(FLAGS.images)
-        shape = (settings.parse_image_shape(FLAGS.image_shape)
-                 if FLAGS.image_shape else None)
-        encoder = encoder_lib.load(FLAGS.model, FLAGS.batch_size, shape,
-                                   FLAGS.backend)
-        features = encode_files(encoder, paths, FLAGS.batch_size)
-        for path in write_features(FLAGS.output, features, paths):
+        config = cli.config_from_flags(settings.EncodeConfig)
+        check_output(config.output)
+        paths = list_images(config.images)
+        encoder = encoder_lib.load(config.model, config.batch_size,
+                                   config.shape, config.backend)
+        features = encode_files(encoder, paths, config.batch_size)
+        for path in write_features(config.output, features, paths):
             print(f"wrote {path}")
     except ArgumentError as e:
         print(f"error: {e.for_flags(FLAG_NAMES)}", file=sys.stderr)
@@ -179,19 +172,7 @@ FLAG_NAMES = {"path": "--model", "backend": "--backend",
               "image_shape": "--image_shape"}
 
 
-def define_flags():
-    flags.DEFINE_string("model", None, "A frozen .pb, a SavedModel folder, "
-                        "an .onnx file, an OpenVINO .xml file, a checkpoint "
-                        "or a training run's folder.", required=True)
-    cli.define_backend_flag("The runtime of --model")
-    flags.DEFINE_string("images", None, "A folder or a glob of image files.",
-                        required=True)
-    flags.DEFINE_string("output", None, "features.npy or features.mat.",
-                        required=True)
-    flags.DEFINE_integer("batch_size", 32, "Images per forward pass.")
-    cli.define_image_shape_flag()
-
-
 if __name__ == "__main__":
-    define_flags()
+    cli.define_config_flags([settings.EncodeConfig])
+    flags.mark_flags_as_required(["model", "images", "output"])
     app.run(main, flags_parser=parse_flags)

@@ -20,7 +20,7 @@ import tensorflow as tf
 from absl import logging
 
 from cosine_metric_learning import preprocessing
-from cosine_metric_learning.errors import TrainingError, UsageError
+from cosine_metric_learning.errors import TrainingError
 from cosine_metric_learning.errors import first_line
 
 DEFAULT_CAPACITY = 512
@@ -95,11 +95,13 @@ class QueuedTrainer:
     def __init__(self, feed_generator, image_shape, training=True,
                  num_threads=DEFAULT_NUM_THREADS, capacity=DEFAULT_CAPACITY,
                  input_spec=None, max_unreadable=None, unreadable=None):
+        # the settings were checked as flags (settings.TrainConfig); these
+        # are the class's own arguments
         if num_threads < 1:
-            raise UsageError(f"num_enqueue_threads={num_threads}: expected "
-                             "at least 1")
+            raise ValueError(f"num_threads={num_threads}: expected at "
+                             "least 1")
         if capacity < 1:
-            raise UsageError(f"queue_capacity={capacity}: expected at least 1")
+            raise ValueError(f"capacity={capacity}: expected at least 1")
         self.image_shape = tuple(image_shape)
         self.capacity = capacity
         self.num_threads = num_threads

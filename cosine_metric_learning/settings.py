@@ -11,8 +11,10 @@ import dataclasses
 import os
 from typing import Optional
 
-from cosine_metric_learning import distribute, image_cache, losses
+from cosine_metric_learning import backends, deploy, distribute
+from cosine_metric_learning import image_cache, kit_features, losses
 from cosine_metric_learning import queued_trainer
+from cosine_metric_learning import rerank as rerank_lib
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.model import MIXED_PRECISION_POLICIES
 from cosine_metric_learning.nets.deep_sort import network_definition
@@ -64,21 +66,7 @@ def choices(field):
     return getattr(field.metadata.get("check"), "choices", None)
 
 
-@dataclasses.dataclass
-class RunConfig:
-    """Settings training and the evaluator share."""
-    dataset_dir: str = setting(None, "Path to the dataset.")
-    log_dir: str = setting(
-        None, "Checkpoints and summaries go to log_dir/run_id.")
-    run_id: Optional[str] = setting(
-        None, "Name of the run; random 6 characters if not given.")
-    loss_mode: str = setting("cosine-softmax", "The loss to train with.",
-                             _one_of(losses.LOSS_MODES))
-    batch_size: int = setting(128, "Images per training batch.", _at_least_1)
-    number_of_steps: Optional[int] = setting(
-        None, "Stop at this global step; unset trains forever.",
-        _optional(_at_least_1, "to train until stopped"))
-
+class _Validated:
     def validate(self):
         """Raise a UsageError naming the first setting out of range."""
         for field in dataclasses.fields(self):
@@ -88,10 +76,54 @@ class RunConfig:
             if problem:
                 raise UsageError(f"--{field.name}={value}: {problem}")
 
+
+@dataclasses.dataclass
+class BatchConfig(_Validated):
+    """The batch: of training, or of a forward pass."""
+    batch_size: int = setting(
+        128, "Images per training batch; the other modes and the encode "
+        "command: per forward pass.", _at_least_1)
+
+
+@dataclasses.dataclass
+class Config(BatchConfig):
+    """Settings every mode shares."""
+    dataset_dir: str = setting(None, "Path to the dataset.")
+    log_dir: str = setting(
+        None, "Checkpoints and summaries go to log_dir/run_id.")
+    run_id: Optional[str] = setting(
+        None, "Name of the run; random 6 characters if not given. The "
+        "other modes use its latest checkpoint unless --restore_path is "
+        "given.")
+    restore_path: Optional[str] = setting(
+        None, "train: a checkpoint (or a run's folder) to initialise from; "
+        "eval: unused; test: a checkpoint, a run's folder or an exported "
+        "model (.pb, SavedModel, .onnx, .xml) to measure; export, freeze, "
+        "finalize, saved_model, onnx, openvino: the checkpoint or run "
+        "folder to export (default: the latest of --run_id).")
+
     @property
     def run_dir(self):
         """``log_dir/run_id``: the run's checkpoints and summaries."""
         return os.path.join(self.log_dir, self.run_id)
+
+    @property
+    def model_path(self):
+        """What the modes after training use: ``--restore_path``, else the
+        run folder of ``--run_id`` (its latest checkpoint)."""
+        if self.restore_path is None and self.run_id is not None:
+            return self.run_dir
+        return self.restore_path
+
+
+@dataclasses.dataclass
+class RunConfig(Config):
+    """Settings training and the evaluator share."""
+    loss_mode: str = setting("cosine-softmax", "The loss to train with.",
+                             _one_of(losses.LOSS_MODES))
+    number_of_steps: Optional[int] = setting(
+        None, "Stop at this global step; unset trains forever.",
+        _optional(_at_least_1, "to train until stopped"))
 
 
 @dataclasses.dataclass
@@ -105,8 +137,6 @@ class TrainConfig(RunConfig):
         "cosine-softmax: the classifier's logit scale, softplus(scale), "
         "before training; 0.6931 (softplus(0)) is the original's, which "
         "learns little in the first thousands of steps.", _positive)
-    restore_path: Optional[str] = setting(
-        None, "Checkpoint (or directory) to initialise from.")
     restore_classifier: bool = setting(
         True, "With --restore_path, also restore the classifier; "
         "--norestore_classifier fine-tunes on other identities.")
@@ -171,15 +201,125 @@ class EvalConfig(RunConfig):
         _optional(_not_negative, "to wait forever"))
 
 
-def parse_image_shape(text):
-    """``"H,W"`` -> ``(H, W, 3)``; the net halves the size three times."""
+@dataclasses.dataclass
+class ShapeConfig(_Validated):
+    """The network's input size (``train_custom.py``, the encode command;
+    the datasets of the other entry points have theirs)."""
+    image_shape: Optional[str] = setting(
+        None, "HEIGHT,WIDTH of the network input, e.g. 96,48; images are "
+        "resized to it. Default: a run's own (its run.json; exported models "
+        "carry theirs), else 128,64. Given, it must agree with the run's.",
+        _optional(lambda text: _image_shape_problem(text), "for the run's"))
+
+    @property
+    def shape(self):
+        """``(H, W, 3)``, or None where the run's or the model's is used."""
+        return None if self.image_shape is None else parse_image_shape(
+            self.image_shape)
+
+
+@dataclasses.dataclass
+class BackendConfig(_Validated):
+    """The runtime an exported model runs on."""
+    backend: str = setting(
+        "auto", "test, export, encode: the runtime of an exported model: "
+        "auto (tensorflow for TensorFlow formats, onnxruntime for .onnx, "
+        "openvino for .xml), or onnxruntime or openvino for .onnx.",
+        _one_of(backends.NAMES))
+
+
+@dataclasses.dataclass
+class TestConfig(BackendConfig, Config):
+    """``--mode=test``: the standard protocol."""
+    output_json: Optional[str] = setting(
+        None, "test: also write the numbers to this JSON file.")
+    flip_test: bool = setting(
+        False, "test: add the features of the mirrored images (sum, "
+        "re-normalised).")
+    rank_image: Optional[str] = setting(
+        None, "test: draw queries and their top 10 gallery entries into "
+        "this PNG file.")
+    rerank: bool = setting(
+        False, "test: also report the numbers after k-reciprocal "
+        "re-ranking (Zhong et al., 2017).")
+    rerank_k1: int = setting(
+        rerank_lib.K1, "test --rerank: k1, the size of the k-reciprocal "
+        "neighbour lists.")
+    rerank_k2: int = setting(
+        rerank_lib.K2, "test --rerank: k2, the neighbours averaged by local "
+        "query expansion.")
+    rerank_lambda: float = setting(
+        rerank_lib.LAMBDA, "test --rerank: the weight of the original "
+        "distance beside the Jaccard distance.")
+
+    @property
+    def rerank_parameters(self):
+        """``(k1, k2, lambda)`` with ``--rerank``, else None."""
+        return ((self.rerank_k1, self.rerank_k2, self.rerank_lambda)
+                if self.rerank else None)
+
+
+@dataclasses.dataclass
+class ExportConfig(BackendConfig, Config):
+    """``--mode=export`` and the model exports (freeze, finalize,
+    saved_model, onnx, openvino)."""
+    format: str = setting(
+        "kit", "export: kit (the official kits' feature files) or "
+        "pytorch_result (one .mat as PyTorch re-id evaluation scripts read "
+        "it, to --output, default <dataset>_pytorch_result.mat).",
+        _one_of(kit_features.FORMATS))
+    sdk_dir: Optional[str] = setting(
+        None, "export --format=kit: the official evaluation kit's folder "
+        "(Market-1501), where its feature files go.")
+    output: Optional[str] = setting(
+        None, "export --format=pytorch_result: the .mat file; freeze: the "
+        ".pb file (default <dataset>.pb); finalize: the checkpoint prefix "
+        "(default <dataset>.ckpt); saved_model: the folder (default "
+        "<dataset>_saved_model); onnx: the .onnx file (default "
+        "<dataset>.onnx); openvino: the .xml file, the .bin goes beside it "
+        "(default <dataset>.xml).")
+    int8: bool = setting(
+        False, "onnx, openvino: quantise to int8 (ONNX Runtime's static "
+        "quantisation, NNCF), calibrated on training images of "
+        "--dataset_dir (default output <dataset>_int8.onnx, "
+        "<dataset>_int8.xml).")
+    calibration_images: int = setting(
+        deploy.DEFAULT_CALIBRATION_IMAGES, "--int8: how many training images to "
+        "calibrate on (spread evenly over the set).", _at_least_1)
+
+
+@dataclasses.dataclass
+class EncodeConfig(BackendConfig, ShapeConfig, BatchConfig):
+    """The encode command (``python -m cosine_metric_learning.encode``)."""
+    model: str = setting(
+        None, "A frozen .pb, a SavedModel folder, an .onnx file, an "
+        "OpenVINO .xml file, a checkpoint or a training run's folder.",
+        lambda value: None if value else "expected a model")
+    images: str = setting(
+        None, "A folder or a glob of image files.",
+        lambda value: None if value else "expected a folder or a glob")
+    output: str = setting(
+        None, "features.npy or features.mat.",
+        lambda value: None if value else "expected a .npy or .mat file name")
+
+
+def _image_shape_problem(text):
+    """What is wrong with a ``"H,W"`` text, or None."""
     try:
         height, width = (int(v) for v in text.split(","))
     except ValueError:
-        raise UsageError(f"--image_shape={text}: expected HEIGHT,WIDTH, "
-                         "e.g. 128,64") from None
+        return "expected HEIGHT,WIDTH, e.g. 128,64"
     if height < 8 or width < 8:
-        raise UsageError(f"--image_shape={text}: the network halves the size "
-                         "three times; expected a height and width of at "
-                         "least 8")
+        return ("the network halves the size three times; expected a "
+                "height and width of at least 8")
+    return None
+
+
+def parse_image_shape(text):
+    """``"H,W"`` -> ``(H, W, 3)``; UsageError naming the flag if it is
+    not one."""
+    problem = _image_shape_problem(text)
+    if problem:
+        raise UsageError(f"--image_shape={text}: {problem}")
+    height, width = (int(v) for v in text.split(","))
     return height, width, 3

@@ -220,9 +220,9 @@ def test_file_names_are_decoded_resized_and_flipped(tmp_path):
 
 
 def test_bad_pipeline_settings_are_rejected():
-    with pytest.raises(UsageError, match="num_enqueue_threads=0"):
+    with pytest.raises(ValueError, match="num_threads=0: expected"):
         _in_memory_trainer(iter([]), num_threads=0)
-    with pytest.raises(UsageError, match="queue_capacity=0"):
+    with pytest.raises(ValueError, match="capacity=0: expected"):
         _in_memory_trainer(iter([]), capacity=0)
 
 

@@ -36,20 +36,53 @@ def mars_dir(tmp_path_factory):
                                 frames_per_tracklet=(3, 5), seed=3)
 
 
-def run_script(script, *args, timeout=300, env=None, **kwargs):
-    """Run an entry point of the repository in a real subprocess.
+def run(command, timeout=300, env=None, **kwargs):
+    """Run a command (a list) in a real subprocess, its output captured as
+    text; ``cwd`` defaults to the repository, ``env`` adds variables to the
+    quiet CPU environment."""
+    kwargs.setdefault("cwd", ROOT)
+    return subprocess.run(command, env=dict(ENV, **(env or {})),
+                          capture_output=True, text=True, timeout=timeout,
+                          **kwargs)
+
+
+def run_script(script, *args, **kwargs):
+    """Run an entry point of the repository with this Python (see
+    :func:`run`).
 
     ``script`` is a file of the repository, or ``-m`` (``-c``) followed by
-    a module (a program) in ``args``; ``cwd`` defaults to the repository;
-    ``env`` adds variables to the quiet CPU environment.
+    a module (a program) in ``args``.
     """
-    kwargs.setdefault("cwd", ROOT)
     if script not in ("-m", "-c"):
         script = os.path.join(ROOT, script)
-    return subprocess.run(
-        [sys.executable, script, *args], env=dict(ENV, **(env or {})),
-        capture_output=True,
-        text=True, timeout=timeout, **kwargs)
+    return run([sys.executable, script, *args], **kwargs)
+
+
+def error_lines(text):
+    """The ``error:`` lines a command printed."""
+    return [line for line in text.splitlines() if line.startswith("error:")]
+
+
+def one_error_line(result, *fragments, status=2):
+    """The run failed with ``status`` and one ``error:`` line holding every
+    fragment, and no traceback; returns the line."""
+    assert result.returncode == status, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = error_lines(result.stderr)
+    assert len(errors) == 1, result.stderr[-3000:]
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    return errors[0]
+
+
+def read_events(directory):
+    """The TensorBoard event files of a folder, read back (every tensor
+    event kept)."""
+    from tensorboard.backend.event_processing import event_accumulator
+    events = event_accumulator.EventAccumulator(
+        str(directory), size_guidance={event_accumulator.TENSORS: 0})
+    events.Reload()
+    return events
 
 
 def small_config(dataset_dir, log_dir, run_id="run", **kwargs):

@@ -13,29 +13,17 @@ import pytest
 import scipy.io
 import tensorflow as tf
 from PIL import Image
-from tensorboard.backend.event_processing import event_accumulator
 
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import checkpoints, encode, evaluator, export
 from cosine_metric_learning import files, protocol, training
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.datasets import synthetic
-from tests.conftest import run_script, small_config
+from tests.conftest import (one_error_line, read_events, run_script,
+                            small_config)
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 
 pytestmark = pytest.mark.slow
-
-
-def _one_error_line(result, *fragments, status=2):
-    """The run failed with ``status`` and one ``error:`` line holding every
-    fragment, and no traceback."""
-    assert result.returncode == status, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-    assert len(errors) == 1, result.stderr[-3000:]
-    for fragment in fragments:
-        assert fragment in errors[0], errors[0]
-    return errors[0]
 
 
 def _config(dataset_dir, log_dir, **kwargs):
@@ -69,12 +57,12 @@ def test_saved_model_never_replaces_a_folder_it_did_not_write(run, tmp_path):
     # the current folder, and a folder of the user's files
     result = run_script("train_market1501.py", "--mode=saved_model",
                         f"--restore_path={run_dir}", "--output=.", cwd=work)
-    _one_error_line(result, "refusing to replace", "is not a SavedModel")
+    one_error_line(result, "refusing to replace", "is not a SavedModel")
     assert (work / "notes.txt").read_text() == "mine"
     assert (work / "data").is_dir()
     result = run_script("train_market1501.py", "--mode=saved_model",
                         f"--restore_path={run_dir}", f"--output={work}")
-    _one_error_line(result, f"refusing to replace {work}")
+    one_error_line(result, f"refusing to replace {work}")
     assert sorted(os.listdir(work)) == ["data", "notes.txt"]
 
     # its own earlier output is replaced
@@ -97,7 +85,7 @@ def test_saved_model_into_a_path_that_cannot_be_created(run):
     # /proc takes no new folders, even from root
     result = run_script("train_market1501.py", "--mode=saved_model",
                         f"--restore_path={run[1]}", "--output=/proc/sm")
-    _one_error_line(result, "cannot write /proc/sm")
+    one_error_line(result, "cannot write /proc/sm")
 
 
 def test_exporters_replace_only_their_own_kind(run, tmp_path):
@@ -134,7 +122,7 @@ def test_test_mode_outputs_are_checked_before_the_work(run, market_dir,
                         f"--dataset_dir={market_dir}",
                         f"--restore_path={run[1]}",
                         f"--output_json={package}")
-    _one_error_line(result, f"refusing to replace {package}")
+    one_error_line(result, f"refusing to replace {package}")
     assert "Encoding" not in result.stderr  # refused before the work
     assert json.loads(package.read_text())["name"] == "mine"
 
@@ -144,13 +132,13 @@ def test_test_mode_outputs_are_checked_before_the_work(run, market_dir,
                         f"--dataset_dir={market_dir}",
                         f"--restore_path={run[1]}",
                         f"--output_json={tmp_path / 'nowhere' / 'x.json'}")
-    _one_error_line(result, "does not exist")
+    one_error_line(result, "does not exist")
     assert "Encoding" not in result.stderr
     result = run_script("train_market1501.py", "--mode=test",
                         f"--dataset_dir={market_dir}",
                         f"--restore_path={run[1]}", "--rerank",
                         "--rerank_lambda=1.5")
-    _one_error_line(result, "--rerank", "lambda=1.5", "lambda in [0, 1]")
+    one_error_line(result, "--rerank", "lambda=1.5", "lambda in [0, 1]")
     assert "Encoding" not in result.stderr
 
     # its own outputs are replaced; a photo of the user's is not one
@@ -174,7 +162,7 @@ def test_kit_export_and_encode_cli_keep_other_files(run, market_dir,
     result = run_script("train_market1501.py", "--mode=export",
                         f"--dataset_dir={market_dir}",
                         f"--restore_path={run[1]}", f"--sdk_dir={kit}")
-    _one_error_line(result, "refusing to replace", "feat_test.mat")
+    one_error_line(result, "refusing to replace", "feat_test.mat")
     assert "my_results" in scipy.io.loadmat(kit / "feat_test.mat")
 
     crops = os.path.join(market_dir, "query")
@@ -184,7 +172,7 @@ def test_kit_export_and_encode_cli_keep_other_files(run, market_dir,
     result = run_script("-m", "cosine_metric_learning.encode",
                         f"--model={run[1]}", f"--images={crops}",
                         f"--output={mine}")
-    _one_error_line(result, "refusing to replace", str(mine))
+    one_error_line(result, "refusing to replace", str(mine))
     assert "encoded" not in result.stderr  # refused before the work
     assert (tmp_path / "mine.filenames.txt").read_text() == "a list of mine\n"
     assert np.array_equal(np.load(mine), np.arange(3))
@@ -209,7 +197,7 @@ def test_a_users_array_or_partial_mat_is_never_replaced(run, market_dir,
     result = run_script("-m", "cosine_metric_learning.encode",
                         f"--model={run[1]}", f"--images={crops}",
                         f"--output={mydata}")
-    _one_error_line(result, f"refusing to replace {mydata}")
+    one_error_line(result, f"refusing to replace {mydata}")
     assert np.array_equal(np.load(mydata), np.arange(7.0))
     assert sorted(os.listdir(own)) == ["mydata.npy"]  # no names file
     # a file-name list alone is not an output of the command either
@@ -222,7 +210,7 @@ def test_a_users_array_or_partial_mat_is_never_replaced(run, market_dir,
     result = run_script("-m", "cosine_metric_learning.encode",
                         f"--model={run[1]}", f"--images={crops}",
                         f"--output={features_only}")
-    _one_error_line(result, f"refusing to replace {features_only}")
+    one_error_line(result, f"refusing to replace {features_only}")
     for keys in (["query_f"], ["gallery_f", "gallery_label"]):
         partial = own / f"res_{len(keys)}.mat"
         scipy.io.savemat(partial, {k: np.eye(2) for k in keys})
@@ -230,7 +218,7 @@ def test_a_users_array_or_partial_mat_is_never_replaced(run, market_dir,
                             "--format=pytorch_result",
                             f"--dataset_dir={market_dir}",
                             f"--restore_path={run[1]}", f"--output={partial}")
-        _one_error_line(result, f"refusing to replace {partial}")
+        one_error_line(result, f"refusing to replace {partial}")
         assert _variables(partial) == set(keys)
     assert _variables(features_only) == {"features"}
 
@@ -272,7 +260,7 @@ def test_a_saved_model_without_its_variables_is_one_line(run, market_dir,
             run_script("train_market1501.py", "--mode=test",
                        f"--dataset_dir={market_dir}",
                        f"--restore_path={folder}")):
-        _one_error_line(result, f"={folder}: the SavedModel has no "
+        one_error_line(result, f"={folder}: the SavedModel has no "
                         "variables/ folder")
 
 
@@ -382,10 +370,7 @@ def test_evaluator_skips_a_corrupt_validation_image_and_names_it(
                if "Skipping unreadable validation image" in l]
     assert len(skipped) == 1 and bad in skipped[0]
     assert "Cannot read checkpoint" not in result.stderr
-    acc = event_accumulator.EventAccumulator(
-        str(tmp_path / "eval" / "run"),
-        size_guidance={event_accumulator.TENSORS: 0})
-    acc.Reload()
+    acc = read_events(str(tmp_path / "eval" / "run"))
     assert sorted(e.step for e in acc.Tensors("Precision@1")) == [0, 1]
 
 
@@ -465,7 +450,7 @@ def test_damaged_restore_path_is_one_line_naming_the_file(run, tmp_path):
     result = run_script("train_market1501.py", "--mode=freeze",
                         f"--restore_path={prefix}",
                         f"--output={tmp_path / 'm.pb'}")
-    _one_error_line(result, "is damaged",
+    one_error_line(result, "is damaged",
                     prefix + ".data-00000-of-00001",
                     "Read less bytes than requested")
     with open(prefix + ".index", "wb") as f:
@@ -473,7 +458,7 @@ def test_damaged_restore_path_is_one_line_naming_the_file(run, tmp_path):
     result = run_script("train_market1501.py", "--mode=freeze",
                         f"--restore_path={prefix}",
                         f"--output={tmp_path / 'm.pb'}")
-    _one_error_line(result, "is damaged", prefix + ".index")
+    one_error_line(result, "is damaged", prefix + ".index")
     assert not os.path.exists(tmp_path / "m.pb")
 
 
@@ -482,7 +467,7 @@ def test_another_input_size_than_the_runs_is_one_quiet_line(run, tmp_path):
     result = run_script("train_custom.py", "--mode=freeze",
                         "--image_shape=96,48", f"--restore_path={run[1]}",
                         f"--output={tmp_path / 'm.pb'}")
-    _one_error_line(result, "--image_shape=96,48: the run", "trained at "
+    one_error_line(result, "--image_shape=96,48: the run", "trained at "
                     "128x64 (its run.json)")
     # a checkpoint without its run.json: the shapes tell
     _, run_dir = _copy_run(run, tmp_path)
@@ -490,7 +475,7 @@ def test_another_input_size_than_the_runs_is_one_quiet_line(run, tmp_path):
     result = run_script("train_custom.py", "--mode=freeze",
                         "--image_shape=96,48", f"--restore_path={run_dir}",
                         f"--output={tmp_path / 'm.pb'}")
-    line = _one_error_line(result, "does not match the encoder",
+    line = one_error_line(result, "does not match the encoder",
                            "--image_shape")
     assert "Value in checkpoint could not be found" not in result.stderr
     assert result.stderr.rstrip().splitlines()[-1] == line
@@ -507,7 +492,7 @@ def test_mars_test_with_a_missing_image_names_it(run, mars_dir, tmp_path):
     os.remove(missing)
     result = run_script("train_mars.py", "--mode=test",
                         f"--dataset_dir={data}", f"--restore_path={run[1]}")
-    _one_error_line(result, f"'{missing}'", "MARS evaluation kit layout",
+    one_error_line(result, f"'{missing}'", "MARS evaluation kit layout",
                     "bbox_test/")
 
 
@@ -523,13 +508,13 @@ def test_flag_errors_exit_2_with_one_line(market_dir, tmp_path, args,
                                           fragment):
     result = run_script("train_market1501.py", f"--dataset_dir={market_dir}",
                         f"--log_dir={tmp_path}", *args)
-    _one_error_line(result, fragment)
+    one_error_line(result, fragment)
 
 
 def test_encode_cli_flag_errors_exit_2(tmp_path):
     result = run_script("-m", "cosine_metric_learning.encode",
                         "--model=x.pb")
-    _one_error_line(result, "--images", "--output")
+    one_error_line(result, "--images", "--output")
 
 
 def test_custom_data_all_unreadable_fails_without_a_checkpoint(tmp_path):
@@ -541,7 +526,7 @@ def test_custom_data_all_unreadable_fails_without_a_checkpoint(tmp_path):
                         f"--log_dir={tmp_path / 'logs'}", "--run_id=run",
                         "--batch_size=16", "--number_of_steps=2",
                         "--max_unreadable_fraction=0.05")
-    line = _one_error_line(result, "training images are unreadable",
+    line = one_error_line(result, "training images are unreadable",
                            status=1)
     count = int(line.split()[1])
     skipped = [l for l in result.stderr.splitlines()

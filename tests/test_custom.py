@@ -14,7 +14,7 @@ from cosine_metric_learning import settings
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.datasets import image_folder, synthetic
 from cosine_metric_learning.nets.deep_sort import network_definition
-from tests.conftest import run_script
+from tests.conftest import one_error_line, run_script
 
 
 @pytest.fixture(scope="module")
@@ -129,16 +129,11 @@ def test_train_custom_end_to_end_with_another_image_shape(own_dir, tmp_path):
     shutil.copytree(other / "person_000", other / "a_newcomer")
     result = run_script("train_custom.py", *later, f"--dataset_dir={other}",
                         "--batch_size=16", "--number_of_steps=4")
-    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-    assert result.returncode == 2 and len(errors) == 1, result.stderr[-2000:]
-    assert "numbered otherwise than its labels.json" in errors[0]
-    assert "label 0 differs" in errors[0]
+    one_error_line(result, "numbered otherwise than its labels.json",
+                   "label 0 differs")
 
     for args, message in (
             (["--image_shape=4,4"], "--image_shape=4,4"),
             (["--mode=test"], "has no standard test split")):
-        result = run_script("train_custom.py", *common, *args)
-        errors = [l for l in result.stderr.splitlines()
-                  if l.startswith("error:")]
-        assert result.returncode == 2 and len(errors) == 1
-        assert message in errors[0]
+        one_error_line(run_script("train_custom.py", *common, *args),
+                       message)

@@ -17,7 +17,7 @@ from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.nets.deep_sort import network_definition
-from tests.conftest import WITHOUT_VNNI, run_script
+from tests.conftest import WITHOUT_VNNI, one_error_line, run_script
 from tests.reference import keras_features
 
 pytestmark = pytest.mark.slow
@@ -234,14 +234,6 @@ def test_test_mode_measures_the_exported_models(trained, cli_exports,
 
 # Bad input ----------------------------------------------------------------
 
-def _error_line(result):
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-    assert len(errors) == 1, result.stderr[-3000:]
-    return errors[0]
-
-
 def test_a_missing_extra_is_one_line_naming_it(monkeypatch, tmp_path):
     """Each converter and runtime made unimportable, as where the extra is
     not installed (the entry points print the UsageError as one line)."""
@@ -359,7 +351,7 @@ def test_deploy_exports_never_replace_other_files(trained, exports,
     # the modes check before loading the checkpoint; --int8 is for ONNX and
     # OpenVINO
     checkpoint, _ = trained
-    line = _error_line(run_script(
+    line = one_error_line(run_script(
         "train_market1501.py", "--mode=saved_model", "--int8",
         f"--restore_path={checkpoint}", f"--output={tmp_path / 'sm'}"))
     assert line.endswith("--int8 with --mode=saved_model: int8 models are "

@@ -10,14 +10,14 @@ import pytest
 import scipy.io
 import tensorflow as tf
 from PIL import Image
-from tensorboard.backend.event_processing import event_accumulator
 
 from cosine_metric_learning import evaluator, kit_features, protocol, settings
 from cosine_metric_learning import training
 from cosine_metric_learning.errors import UsageError
-from tests.conftest import ENV, ROOT, small_config
+from tests.conftest import ENV, ROOT, read_events, small_config
 from tests.reference import gate_reference, kit_reference, rerank_reference
-from tests.reference import restored_encoder, spread_kernels
+from tests.reference import bilinear_resize, restored_encoder
+from tests.reference import spread_kernels
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 from cosine_metric_learning.datasets.spec import MARS
 
@@ -36,12 +36,6 @@ def market_checkpoint(market_dir, tmp_path_factory):
                   3).checkpoint
 
 
-@pytest.fixture(scope="module")
-def mars_checkpoint(mars_dir, tmp_path_factory):
-    return _train(MARS, mars_dir, tmp_path_factory.mktemp("s"), 2,
-                  batch_size=8, images_per_id=2).checkpoint
-
-
 def _evaluator(market_dir, tmp_path, *extra):
     return subprocess.Popen(
         [sys.executable, "train_market1501.py", "--mode=eval",
@@ -52,9 +46,7 @@ def _evaluator(market_dir, tmp_path, *extra):
 
 
 def _precision_events(eval_dir):
-    acc = event_accumulator.EventAccumulator(
-        eval_dir, size_guidance={event_accumulator.TENSORS: 0})
-    acc.Reload()
+    acc = read_events(eval_dir)
     tags = set(acc.Tags()["tensors"])
     assert {"Precision@1", "Precision@5", "Precision@10", "Precision@20",
             "mAP", "mINP", "gate/max_cosine_distance"} <= tags
@@ -103,9 +95,7 @@ def test_evaluator_stops_after_the_last_training_step(
 
     # beside the scalars: distance histograms and the ranked-retrieval
     # picture of every checkpoint, read back from the event file
-    acc = event_accumulator.EventAccumulator(
-        str(tmp_path / "run"), size_guidance={event_accumulator.TENSORS: 0})
-    acc.Reload()
+    acc = read_events(str(tmp_path / "run"))
     _, ids, _ = evaluator.read_validation_data(MARKET, market_dir)
     counts = np.bincount(np.unique(ids, return_inverse=True)[1])
     num_same = int((counts * (counts - 1) // 2).sum())
@@ -137,11 +127,16 @@ def test_evaluator_stops_after_the_last_training_step(
             assert frame in ((0, 170, 0), (220, 0, 0)), (row, col, frame)
 
 
-def _encode_reference(checkpoint, filenames):
-    """Features of single files, through a freshly restored encoder."""
+def _encode_reference(checkpoint, filenames, mirror=False):
+    """Features of single files (mirrored), through a freshly restored
+    encoder, resized by the reference resize (decoded by TensorFlow's
+    decoder: libjpeg builds differ in the last bit)."""
     encoder = restored_encoder(checkpoint)
-    images = np.stack([np.asarray(Image.open(f).convert("RGB").resize(
-        (64, 128), Image.Resampling.BILINEAR)) for f in filenames])
+    images = np.stack([bilinear_resize(tf.io.decode_image(
+        tf.io.read_file(f), channels=3).numpy(), 128, 64)
+        for f in filenames])
+    if mirror:
+        images = images[:, :, ::-1]
     return encoder(images.astype(np.float32) / 255.0, training=False).numpy()
 
 
@@ -261,29 +256,36 @@ def test_mars_test_mode_pools_tracklets_and_equals_a_reference_loop(
         tracks[:, 3])
 
 
+# features of different images and of an image and its mirror differ by
+# far more than the tolerance of these comparisons, so a missing flip or
+# shuffled rows fail them (spread_checkpoint; a briefly trained net maps
+# every image to nearly one point)
+TOLERANCE = 1e-4
+
+
 def test_flip_test_sums_the_features_of_both_orientations(
-        market_dir, market_checkpoint):
-    split, plain, _ = protocol.test_features(MARKET, market_checkpoint,
-                                               market_dir, 64)
-    _, flipped, _ = protocol.test_features(MARKET, market_checkpoint,
-                                             market_dir, 64, flip_test=True)
-    mirror = _encode_reference(market_checkpoint, split.filenames[:4])
-    assert np.abs(plain[:4] - mirror).max() < 1e-4
-    images = np.stack([np.asarray(Image.open(f))[:, ::-1]
-                       for f in split.filenames[:4]])
-    encoder = restored_encoder(market_checkpoint)
-    mirrored = encoder(images.astype(np.float32) / 255.0,
-                       training=False).numpy()
+        market_dir, spread_checkpoint):
+    split, plain, _ = protocol.test_features(MARKET, spread_checkpoint,
+                                             market_dir, 64)
+    _, flipped, _ = protocol.test_features(MARKET, spread_checkpoint,
+                                           market_dir, 64, flip_test=True)
+    first = split.filenames[:4]
+    assert np.abs(plain[:4] - _encode_reference(spread_checkpoint,
+                                                first)).max() < TOLERANCE
+    mirrored = _encode_reference(spread_checkpoint, first, mirror=True)
     expected = plain[:4] + mirrored
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
-    assert np.abs(flipped[:4] - expected).max() < 1e-4
+    assert np.abs(flipped[:4] - expected).max() < TOLERANCE
+    # the mutations this catches: no flip, or the mirror alone
+    assert np.abs(flipped[:4] - plain[:4]).max() > 100 * TOLERANCE
+    assert np.abs(flipped[:4] - mirrored).max() > 100 * TOLERANCE
 
 
 def test_export_writes_kit_files_in_kit_order(
-        market_dir, mars_dir, market_checkpoint, mars_checkpoint, tmp_path):
+        market_dir, mars_dir, spread_checkpoint, tmp_path):
     sdk = tmp_path / "sdk"
-    written = kit_features.export_features(MARKET, market_checkpoint,
-                                         market_dir, str(sdk), batch_size=64)
+    written = kit_features.export_features(MARKET, spread_checkpoint,
+                                           market_dir, str(sdk), batch_size=64)
     assert sorted(os.path.basename(p) for p in written) == [
         "feat_query.mat", "feat_test.mat"]
     gallery = sorted(n for n in os.listdir(os.path.join(
@@ -293,21 +295,29 @@ def test_export_writes_kit_files_in_kit_order(
     feat_query = scipy.io.loadmat(sdk / "feat_query.mat")["features"]
     assert test.shape == (len(gallery), 128)
     assert feat_query.shape == (len(query), 128)
-    rows = [0, len(gallery) // 2, len(gallery) - 1]
-    reference = _encode_reference(market_checkpoint, [os.path.join(
+    rows = [0, 1, len(gallery) // 2, len(gallery) - 1]
+    reference = _encode_reference(spread_checkpoint, [os.path.join(
         market_dir, "bounding_box_test", gallery[r]) for r in rows])
-    assert np.abs(test[rows] - reference).max() < 1e-4
+    assert np.abs(test[rows] - reference).max() < TOLERANCE
+    # the mutation this catches: rows in another order (here: reversed, or
+    # each one off by one)
+    assert np.abs(test[rows] - reference[::-1]).max() > 100 * TOLERANCE
+    assert np.abs(test[[r + 1 for r in rows[:-1]]]
+                  - reference[:-1]).max() > 100 * TOLERANCE
     assert not list(sdk.glob(".*"))  # no temporary file left behind
 
-    written = kit_features.export_features(MARS, mars_checkpoint, mars_dir,
-                                         str(tmp_path / "mars"), batch_size=64)
+    written = kit_features.export_features(MARS, spread_checkpoint, mars_dir,
+                                           str(tmp_path / "mars"),
+                                           batch_size=64)
     features = scipy.io.loadmat(written[0])["features"]
     with open(os.path.join(mars_dir, "info", "test_name.txt")) as f:
         names = f.read().split()
     assert features.shape == (len(names), 128)
-    last = os.path.join(mars_dir, "bbox_test", names[-1][:4], names[-1])
-    assert np.abs(features[-1] - _encode_reference(mars_checkpoint,
-                                                   [last])[0]).max() < 1e-4
+    ends = [os.path.join(mars_dir, "bbox_test", n[:4], n)
+            for n in (names[0], names[-1])]
+    reference = _encode_reference(spread_checkpoint, ends)
+    assert np.abs(features[[0, -1]] - reference).max() < TOLERANCE
+    assert np.abs(features[[-1, 0]] - reference).max() > 100 * TOLERANCE
 
 
 def test_missing_or_foreign_checkpoints_are_clear_errors(

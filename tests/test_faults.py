@@ -11,11 +11,11 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorboard.backend.event_processing import event_accumulator
 
 from cosine_metric_learning import queued_trainer, training
 from cosine_metric_learning.errors import INTERRUPTED, TrainingError
-from tests.conftest import ENV, ROOT, run_script, small_config
+from tests.conftest import ENV, ROOT, error_lines, one_error_line, read_events
+from tests.conftest import run, run_script, small_config
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 
 pytestmark = pytest.mark.slow
@@ -105,8 +105,7 @@ def test_ctrl_c_in_test_or_export_is_one_line(market_dir, trained, tmp_path,
         run.process.kill()
     log = run.text()
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
-    assert [line for line in log.splitlines() if line.startswith("error:")] \
-        == [INTERRUPTED], log[-3000:]
+    assert error_lines(log) == [INTERRUPTED], log[-3000:]
     assert os.listdir(tmp_path) == []  # no output, whole or half
 
 
@@ -177,9 +176,7 @@ def test_unreadable_images_are_skipped_once_and_counted(market_dir,
                if "] Skipping unreadable image" in line]
     assert len(skipped) == len(set(skipped)) >= 1  # each path once
     assert all(any(path in m for path in bad) for m in skipped)
-    acc = event_accumulator.EventAccumulator(
-        str(run_dir), size_guidance={event_accumulator.TENSORS: 0})
-    acc.Reload()
+    acc = read_events(str(run_dir))
     counts = [float(tf.make_ndarray(e.tensor_proto))
               for e in acc.Tensors("input/unreadable_images")]
     assert counts[-1] == len(skipped)
@@ -191,12 +188,9 @@ def test_too_many_unreadable_images_stop_the_run_naming_them(
     result = run_script("train_market1501.py", *_train_args(
         data, tmp_path, "--batch_size=144", "--queue_capacity=288",
         "--max_unreadable_fraction=0.001", "--number_of_steps=3")[2:])
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
-    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-    assert len(errors) == 1 and "training images are unreadable" in errors[0]
-    assert "more than the 0 allowed" in errors[0]
-    assert any(os.path.basename(p) in errors[0] for p in bad)
+    line = one_error_line(result, "training images are unreadable",
+                          "more than the 0 allowed", status=1)
+    assert any(os.path.basename(p) in line for p in bad)
 
 
 def test_non_finite_loss_stops_without_saving_it(market_dir, tmp_path):
@@ -233,15 +227,9 @@ def _train_on_a_full_disk(market_dir, log_dir, steps):
     """Train to ``steps`` where no file may exceed 5 MB (a checkpoint is
     33 MB, so its save fails); the run must stop with one error line, which
     is returned."""
-    result = subprocess.run(
-        _with_file_size_limit(5, _train_args(
-            market_dir, log_dir, f"--number_of_steps={steps}")),
-        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
-    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-    assert len(errors) == 1 and "cannot save a checkpoint" in errors[0]
-    return errors[0]
+    result = run(_with_file_size_limit(5, _train_args(
+        market_dir, log_dir, f"--number_of_steps={steps}")))
+    return one_error_line(result, "cannot save a checkpoint", status=1)
 
 
 def test_full_disk_when_saving_keeps_the_previous_checkpoint(
@@ -273,10 +261,7 @@ def test_unwritable_log_dir_is_a_clear_error_at_start(market_dir, tmp_path):
     blocker.write_text("a file, not a folder")
     result = run_script("train_market1501.py", *_train_args(
         market_dir, blocker / "logs")[2:])
-    assert result.returncode == 2
-    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-    assert len(errors) == 1 and "cannot create" in errors[0]
-    assert str(blocker) in errors[0]
+    one_error_line(result, "cannot create", str(blocker))
 
 
 def test_wrong_layouts_name_the_missing_path(market_dir, mars_dir, tmp_path):
@@ -286,20 +271,15 @@ def test_wrong_layouts_name_the_missing_path(market_dir, mars_dir, tmp_path):
     result = run_script("train_market1501.py", "--mode=test",
                         f"--dataset_dir={market}",
                         f"--restore_path={tmp_path}")
-    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-    assert result.returncode == 2 and len(errors) == 1
-    assert str(market / "query") in errors[0]
-    assert "Market-1501 layout" in errors[0]
+    one_error_line(result, str(market / "query"), "Market-1501 layout")
     mars = tmp_path / "mars"
     shutil.copytree(mars_dir, mars)
     os.remove(mars / "info" / "tracks_test_info.mat")
     os.remove(mars / "info" / "train_name.txt")
     result = run_script("train_mars.py", f"--dataset_dir={mars}",
                         f"--log_dir={tmp_path / 'logs'}")
-    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-    assert result.returncode == 2 and len(errors) == 1
-    assert os.path.join("info", "train_name.txt") in errors[0]
-    assert "MARS evaluation kit layout" in errors[0]
+    one_error_line(result, os.path.join("info", "train_name.txt"),
+                   "MARS evaluation kit layout")
 
 
 def _rss_mb():

@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
-from tensorboard.backend.event_processing import event_accumulator
 
 from cosine_metric_learning import image_cache, preprocessing, training
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 from cosine_metric_learning.errors import TrainingError, UsageError
-from tests.conftest import small_config
+from tests.conftest import read_events, small_config
 
 SHAPE = (128, 64, 3)
 
@@ -84,9 +83,7 @@ def test_training_from_the_cache_is_never_starved(market_dir, tmp_path):
                           log_interval_secs=0.01)
     result = training.train(MARKET, config)
     assert result.step == 6
-    acc = event_accumulator.EventAccumulator(
-        config.run_dir, size_guidance={event_accumulator.TENSORS: 0})
-    acc.Reload()
+    acc = read_events(config.run_dir)
     starved = [float(tf.make_ndarray(e.tensor_proto))
                for e in acc.Tensors("queue/starved_fraction")]
     produced = [float(tf.make_ndarray(e.tensor_proto))

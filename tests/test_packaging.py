@@ -3,21 +3,19 @@
 import glob
 import os
 import shutil
-import subprocess
 import sys
 import zipfile
 
 import pytest
 
-from tests.conftest import ENV, ROOT
+from tests.conftest import ROOT, run
 
 pytestmark = pytest.mark.slow
 
 
 def _run(*args, **kwargs):
-    kwargs.setdefault("env", ENV)
-    result = subprocess.run(args, capture_output=True, text=True,
-                            timeout=600, **kwargs)
+    """Run a command (of another Python, or pip) that must succeed."""
+    result = run(list(args), timeout=600, **kwargs)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     return result
 
@@ -44,7 +42,7 @@ def test_install_leaves_another_datasets_package_importable(tmp_path):
     result = _run(python, os.path.join(ROOT, "tests", "helpers",
                                        "other_datasets.py"),
                   cwd=str(tmp_path),
-                  env=dict(ENV, PYTHONPATH=str(tmp_path / "other")))
+                  env={"PYTHONPATH": str(tmp_path / "other")})
     assert result.stdout.strip() == "ok"
 
 

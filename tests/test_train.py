@@ -6,14 +6,13 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorboard.backend.event_processing import event_accumulator
 
 from cosine_metric_learning import checkpoints, losses, summaries, training
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.datasets import market1501, mars
 from cosine_metric_learning.datasets.spec import DatasetSpec
 from cosine_metric_learning.nets.deep_sort import network_definition
-from tests.conftest import run_script, small_config
+from tests.conftest import read_events, run_script, small_config
 from tests.reference import restored_encoder
 
 pytestmark = pytest.mark.slow
@@ -30,9 +29,7 @@ def _config(dataset_dir, log_dir, run_id="run", **kwargs):
 
 
 def _scalars(run_dir):
-    acc = event_accumulator.EventAccumulator(
-        run_dir, size_guidance={event_accumulator.TENSORS: 0})
-    acc.Reload()
+    acc = read_events(run_dir)
     return acc, {tag: [(e.step, float(tf.make_ndarray(e.tensor_proto)))
                        for e in acc.Tensors(tag)]
                  for tag in acc.Tags()["tensors"]
@@ -176,9 +173,7 @@ after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print((after - before) / 1024)""")
     assert result.returncode == 0, result.stderr[-3000:]
     assert float(result.stdout.split()[-1]) < 300, result.stdout
-    acc = event_accumulator.EventAccumulator(
-        str(tmp_path), size_guidance={event_accumulator.TENSORS: 0})
-    acc.Reload()
+    acc = read_events(str(tmp_path))
     for name in ("a", "b", "c"):
         (event,) = acc.Tensors(f"activations/{name}")
         buckets = tf.make_ndarray(event.tensor_proto)

@@ -534,3 +534,27 @@ def test_custom_data_all_unreadable_fails_without_a_checkpoint(tmp_path):
     assert count == len(skipped)
     assert not [n for n in os.listdir(tmp_path / "logs" / "run")
                 if n.startswith("ckpt")]
+
+
+def test_the_library_names_its_arguments_and_the_command_its_flags(
+        market_dir, tmp_path):
+    missing = "/missing/model.onnx"
+    with pytest.raises(UsageError) as error:
+        encoder_lib.load(missing)
+    assert str(error.value) == f"path='{missing}': no such file"
+    with pytest.raises(UsageError, match=r"^backend='tensorrt': expected"):
+        encoder_lib.load(missing, backend="tensorrt")
+    result = run_script("-m", "cosine_metric_learning.encode",
+                        f"--model={missing}", f"--images={tmp_path}",
+                        f"--output={tmp_path / 'f.npy'}")
+    one_error_line(result, "--images=")  # no image there: checked first
+    Image.new("RGB", (64, 128)).save(tmp_path / "a.png")
+    result = run_script("-m", "cosine_metric_learning.encode",
+                        f"--model={missing}", f"--images={tmp_path}",
+                        f"--output={tmp_path / 'f.npy'}")
+    assert one_error_line(result) == f"error: --model={missing}: no such file"
+    result = run_script("train_market1501.py", "--mode=test",
+                        f"--dataset_dir={market_dir}",
+                        f"--restore_path={missing}")
+    assert one_error_line(result) == \
+        f"error: --restore_path={missing}: no such file"

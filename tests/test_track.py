@@ -1,0 +1,177 @@
+"""The tracking evaluation: Deep SORT (deep-sort-realtime) on MOTChallenge
+sequences, scored by TrackEval; checked by hand and against motmetrics."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from cosine_metric_learning import mot, track
+from cosine_metric_learning.datasets import synthetic
+from cosine_metric_learning.errors import UsageError
+from tests.conftest import one_error_line, run_script
+
+
+@pytest.fixture(scope="module")
+def sequence_dir(tmp_path_factory):
+    """A short synthetic sequence: two pairs who swap lanes behind a
+    pillar."""
+    return synthetic.write_mot_sequence(
+        str(tmp_path_factory.mktemp("mot")), num_pairs=2, num_frames=90,
+        seed=5)
+
+
+def _hand_made(tmp_path, gt_rows, result_rows, frames=2):
+    folder = tmp_path / "HAND-01"
+    (folder / "gt").mkdir(parents=True, exist_ok=True)
+    with open(folder / "gt" / "gt.txt", "w") as f:
+        f.writelines(",".join(map(str, r)) + ",1,1,1\n" for r in gt_rows)
+    sequence = mot.Sequence("HAND-01", str(folder), frames, (100, 100, 3),
+                            [], np.zeros((0, 7)), np.array(gt_rows, float))
+    results = str(tmp_path / "results.txt")
+    mot.write_results(results, result_rows)
+    return mot.score([sequence], {"HAND-01": results})
+
+
+def test_hota_on_a_hand_made_case(tmp_path):
+    # one person in two frames, tracked exactly but under two track ids:
+    # every box is a true positive at every localisation threshold (DetA
+    # 1); each true positive's track shares one of its person's two boxes
+    # (TPA 1, FNA 1, FPA 0: A = 1/2), so AssA = 1/2 and HOTA = sqrt(1/2);
+    # IDF1: the best one-to-one id match covers one box of two
+    box = [10, 10, 20, 40]
+    numbers = _hand_made(tmp_path, [[1, 7] + box, [2, 7] + box],
+                         [(1, 1, *box), (2, 2, *box)])
+    expected = {"HOTA": np.sqrt(0.5), "DetA": 1.0, "AssA": 0.5,
+                "IDF1": 0.5, "MOTA": 0.5, "IDSW": 1}
+    for key, value in expected.items():
+        assert numbers["HAND-01"][key] == pytest.approx(value), key
+    # a false positive that overlaps nothing besides: DetA 2/3 at every
+    # threshold (TP 2, FP 1), the associations unchanged
+    numbers = _hand_made(tmp_path, [[1, 7] + box, [2, 7] + box],
+                         [(1, 1, *box), (2, 2, *box), (2, 3, 60, 50, 20, 40)])
+    assert numbers["HAND-01"]["DetA"] == pytest.approx(2 / 3)
+    assert numbers["HAND-01"]["HOTA"] == pytest.approx(np.sqrt(2 / 3 * 0.5))
+
+
+def test_non_max_suppression_keeps_the_best_of_overlapping_boxes():
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 10, 10], [50, 50, 10, 10]],
+                     float)
+    scores = np.array([0.5, 0.9, 0.7])
+    assert track.non_max_suppression(boxes, scores, 0.5).tolist() == [1, 2]
+    assert track.non_max_suppression(boxes, scores, 1.0).tolist() == [0, 1,
+                                                                        2]
+
+
+@pytest.fixture(scope="module")
+def tracked(sequence_dir, trained, tmp_path_factory):
+    """The command on the sequence: motion only and a checkpoint, swept."""
+    output = tmp_path_factory.mktemp("tracking") / "out"
+    result = run_script("-m", "cosine_metric_learning.track",
+                        f"--model=none,{trained[0]}",
+                        f"--sequences={os.path.dirname(sequence_dir)}",
+                        f"--output_dir={output}", "--sweep", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output, result.stdout, json.loads(
+        (output / "summary.json").read_text())
+
+
+def _iou_distances(a, b):
+    """1 - IoU of boxes (left, top, width, height), NaN (no match) below
+    IoU 0.5, as motmetrics' iou_matrix gives them (which calls a NumPy
+    function NumPy 2 removed)."""
+    a, b = a[:, None, :], b[None, :, :]
+    w = np.minimum(a[..., 0] + a[..., 2], b[..., 0] + b[..., 2]) - np.maximum(
+        a[..., 0], b[..., 0])
+    h = np.minimum(a[..., 1] + a[..., 3], b[..., 1] + b[..., 3]) - np.maximum(
+        a[..., 1], b[..., 1])
+    inter = np.clip(w, 0, None) * np.clip(h, 0, None)
+    iou = inter / (a[..., 2] * a[..., 3] + b[..., 2] * b[..., 3] - inter)
+    return np.where(iou >= 0.5, 1.0 - iou, np.nan)
+
+
+def test_the_command_reports_motmetrics_idf1(sequence_dir, tracked):
+    import motmetrics
+    _, _, summary = tracked
+    run = summary["models"]["none"]["runs"][0]
+    results = os.path.join(run["results"], "SYNTH-01.txt")
+    gt = np.loadtxt(os.path.join(sequence_dir, "gt", "gt.txt"),
+                    delimiter=",", ndmin=2)
+    ours = np.loadtxt(results, delimiter=",", ndmin=2)
+    accumulator = motmetrics.MOTAccumulator(auto_id=True)
+    for frame in range(1, 91):
+        g, o = gt[gt[:, 0] == frame], ours[ours[:, 0] == frame]
+        accumulator.update(g[:, 1], o[:, 1], _iou_distances(g[:, 2:6],
+                                                            o[:, 2:6]))
+    expected = motmetrics.metrics.create().compute(
+        accumulator, metrics=["idf1"], name="x")["idf1"]["x"]
+    assert run["metrics"]["SYNTH-01"]["IDF1"] == pytest.approx(expected,
+                                                               abs=1e-6)
+
+
+def test_the_sweep_names_a_gate_and_the_command_line(trained, tracked):
+    output, stdout, summary = tracked
+    assert set(summary["models"]) == {"none", trained[0]}
+    entry = summary["models"][trained[0]]
+    assert len(entry["runs"]) == len(track.SWEEP_GATES) * len(
+        track.SWEEP_BUDGETS)
+    best = entry["best"]
+    assert best["metrics"]["COMBINED"]["IDF1"] == max(
+        r["metrics"]["COMBINED"]["IDF1"] for r in entry["runs"])
+    gate = best["parameters"]["max_cosine_distance"]
+    assert f"--max_cosine_distance={gate:g}" in stdout
+    assert 0.0 < entry["ground_truth_gate"] < 2.0
+    assert f"gate on the ground truth: {entry['ground_truth_gate']:.4g}" \
+        in stdout
+    for run in entry["runs"]:  # a results file per setting and sequence
+        assert os.path.isfile(os.path.join(run["results"], "SYNTH-01.txt"))
+    # motion only: one setting, the appearance term off
+    assert len(summary["models"]["none"]["runs"]) == 1
+    assert summary["parameters"]["min_confidence"] == 0.3
+
+
+def test_bad_sequences_are_one_line_and_nothing_is_replaced(
+        sequence_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(sequence_dir, broken)
+    (broken / "det" / "det.txt").write_text("1,-1,10,10,20\n")
+    with pytest.raises(UsageError, match="has 5 columns; expected at least 7"):
+        mot.read_sequence(str(broken))
+    shutil.copy(os.path.join(sequence_dir, "det", "det.txt"),
+                broken / "det" / "det.txt")
+    os.remove(broken / "img1" / "000003.jpg")
+    with pytest.raises(UsageError, match=r"frames listed in .* are missing "
+                       r"from .*img1.* \(e.g. frame 3\)"):
+        mot.read_sequence(str(broken))
+    shutil.rmtree(broken / "img1")
+    with pytest.raises(UsageError, match="img1' is not a folder"):
+        mot.read_sequence(str(broken))
+    with pytest.raises(UsageError, match="holds no sequence"):
+        mot.find_sequences(str(tmp_path / "broken" / "det"))
+    # an output folder with a summary.json of someone else's
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "summary.json").write_text('{"my": "numbers"}')
+    result = run_script("-m", "cosine_metric_learning.track", "--model=none",
+                        f"--sequences={sequence_dir}", f"--output_dir={mine}")
+    one_error_line(result, "refusing to replace", "summary.json")
+    assert (mine / "summary.json").read_text() == '{"my": "numbers"}'
+
+
+def test_a_sequence_without_ground_truth_is_tracked_not_scored(
+        sequence_dir, tmp_path):
+    copy = tmp_path / "NOGT-01"
+    shutil.copytree(sequence_dir, copy)
+    shutil.rmtree(copy / "gt")
+    result = run_script("-m", "cosine_metric_learning.track", "--model=none",
+                        f"--sequences={copy}",
+                        f"--output_dir={tmp_path / 'out'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "has no gt/gt.txt: it is tracked, but cannot be scored" in \
+        result.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    run = summary["models"]["none"]["runs"][0]
+    assert run["metrics"] == {}
+    assert os.path.getsize(os.path.join(run["results"], "SYNTH-01.txt")) > 0

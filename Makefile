@@ -46,7 +46,7 @@ demo: install
 	@echo "Validation CMC of every checkpoint (evaluator log $(DEMO_DIR)/eval.log):"
 	@grep -o "step [0-9]*: .*" $(DEMO_DIR)/eval.log
 	@echo
-	$(PY) train_market1501.py --mode=test --loss_mode=$(DEMO_LOSS) \
+	$(PY) train_market1501.py --mode=test \
 		--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
 		--restore_path=$(DEMO_DIR)/output/$(DEMO_LOSS) \
 		--output_json=$(DEMO_DIR)/test.json --rank_image=$(DEMO_DIR)/ranks.png
@@ -69,11 +69,19 @@ demo: install
 	@echo
 	@echo "The int8 models, measured with the same protocol (float above):"
 	for extension in onnx xml; do \
-		$(PY) train_market1501.py --mode=test --loss_mode=$(DEMO_LOSS) \
+		$(PY) train_market1501.py --mode=test \
 			--dataset_dir=$(DEMO_DIR)/Market-1501-synthetic \
 			--restore_path=$(DEMO_DIR)/market1501_int8.$$extension \
 			--output_json=$(DEMO_DIR)/test_int8_$$extension.json || exit 1; \
 	done
+	@echo
+	@echo "Does it help the tracker? Deep SORT on a synthetic sequence of held-out"
+	@echo "people: motion alone, the untrained network (ckpt-0), the trained model:"
+	$(PY) -m cosine_metric_learning.datasets.synthetic --layout=mot \
+		--output_dir=$(DEMO_DIR)/MOT-synthetic --seed=3
+	$(PY) -m cosine_metric_learning.track --sweep \
+		--model=none,$(DEMO_DIR)/output/$(DEMO_LOSS)/ckpt-0,$(DEMO_DIR)/output/$(DEMO_LOSS) \
+		--sequences=$(DEMO_DIR)/MOT-synthetic --output_dir=$(DEMO_DIR)/tracking
 	@echo
 	@echo "Synthetic dataset:  $(DEMO_DIR)/Market-1501-synthetic"
 	@echo "Checkpoints:        $(DEMO_DIR)/output/$(DEMO_LOSS)/"
@@ -82,6 +90,7 @@ demo: install
 	@echo "Deep SORT encoder:  $(DEMO_DIR)/market1501.pb"
 	@echo "ONNX:               $(DEMO_DIR)/market1501.onnx"
 	@echo "int8 (ONNX, OpenVINO): $(DEMO_DIR)/market1501_int8.onnx, $(DEMO_DIR)/market1501_int8.xml"
+	@echo "Tracking:           $(DEMO_DIR)/tracking/summary.json"
 	@echo "TensorBoard:        $(VENV)/bin/tensorboard --logdir_spec train:$(DEMO_DIR)/output,eval:$(DEMO_DIR)/eval"
 	@echo "In Deep SORT:       python tools/generate_detections.py --model=$(abspath $(DEMO_DIR))/market1501.pb --mot_dir=./MOT16/train --output_dir=./resources/detections/MOT16_train"
 
@@ -91,6 +100,7 @@ benchmark: install
 	$(PY) benchmarks/encoder.py
 	$(PY) benchmarks/mixed_precision.py
 	$(PY) benchmarks/summaries.py
+	$(PY) benchmarks/tracking.py
 	$(PY) benchmarks/learning.py
 
 clean:

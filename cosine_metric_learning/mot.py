@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 
+from cosine_metric_learning import files
 from cosine_metric_learning.errors import UsageError
 
 LAYOUT = ("a MOTChallenge sequence folder: seqinfo.ini, img1/, det/det.txt "
@@ -130,13 +131,22 @@ def read_sequence(folder):
                     detections, ground_truth)
 
 
+def _is_results_file(path):
+    rows = np.loadtxt(path, delimiter=",", ndmin=2)
+    return rows.size == 0 or rows.shape[1] == 10
+
+
+RESULTS = files.Kind("a MOTChallenge results file (10 numbers a row)",
+                     _is_results_file)
+
+
 def write_results(path, rows):
     """A MOTChallenge results file: ``frame, id, left, top, width,
-    height, 1, -1, -1, -1`` per row."""
-    with open(path, "w") as f:
-        for frame, track, left, top, width, height in rows:
-            f.write(f"{int(frame)},{int(track)},{left:.2f},{top:.2f},"
-                    f"{width:.2f},{height:.2f},1,-1,-1,-1\n")
+    height, 1, -1, -1, -1`` per row; replaces only such a file."""
+    files.write_atomically(path, lambda f: f.writelines(
+        f"{int(frame)},{int(track)},{left:.2f},{top:.2f},{width:.2f},"
+        f"{height:.2f},1,-1,-1,-1\n"
+        for frame, track, left, top, width, height in rows), RESULTS)
 
 
 def _require_trackeval():

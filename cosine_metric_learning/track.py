@@ -47,6 +47,10 @@ SWEEP_BUDGETS = (100,)
 # gate, and the visibility a box needs to be used for it
 GATE_FRAME_GAP = 10
 GATE_MIN_VISIBILITY = 0.5
+DETECTIONS_NPY = files.Kind(
+    "a detections file written by this command (a .npy of det.txt rows "
+    "and their features)", lambda path: np.load(path, mmap_mode="r").ndim
+    == 2)
 SUMMARY = files.json_kind({"models", "parameters"},
                           "a tracking summary written by this command (a "
                           "JSON object with 'models' and 'parameters')")
@@ -132,6 +136,18 @@ def encode_rows(encoder, sequence, rows, progress_secs=10.0):
                          sequence.name, n + 1, len(frames),
                          (n + 1) / max(last - start, 1e-9))
     return features
+
+
+def write_detections_file(path, rows, features):
+    """Detections and their features in the layout of Deep SORT's
+    ``generate_detections.py``: a row of ``det.txt`` (10 columns) followed
+    by the feature, one ``.npy`` per sequence, for ``deep_sort_app.py
+    --detection_file``."""
+    padded = np.full((len(rows), 10), -1.0)
+    padded[:, :rows.shape[1]] = rows[:, :10]
+    files.write_atomically(path, lambda f: np.save(
+        f, np.hstack([padded, features]).astype(np.float32)),
+        DETECTIONS_NPY, binary=True)
 
 
 def _model_features(path, sequence, rows, cache):
@@ -247,10 +263,11 @@ def evaluate(models, sequences, detections, output_dir, sweep, cache=None):
         "sequences": [s.path for s in sequences]}}
     for model in models:
         path = None if model == NONE else model
-        settings = [_parameters()]
+        settings = [_parameters()]  # the flags' setting first
         if sweep and path is not None:
-            settings = [_parameters(g, b) for b in SWEEP_BUDGETS
-                        for g in SWEEP_GATES]
+            settings += [p for p in (_parameters(g, b) for b in SWEEP_BUDGETS
+                                     for g in SWEEP_GATES)
+                         if p != settings[0]]
         runs = []
         for parameters in settings:
             folder = os.path.join(output_dir, _safe_name(model),
@@ -262,6 +279,10 @@ def evaluate(models, sequences, detections, output_dir, sweep, cache=None):
                                       FLAGS.min_confidence,
                                       FLAGS.nms_max_overlap)
                 features = _model_features(path, sequence, rows, cache)
+                if path is not None and parameters is settings[0]:
+                    write_detections_file(os.path.join(
+                        output_dir, _safe_name(model),
+                        f"{sequence.name}.npy"), rows, features)
                 tracked = run_tracker(
                     rows, features, sequence.num_frames,
                     **{k: parameters[k] for k in (
@@ -286,9 +307,16 @@ def evaluate(models, sequences, detections, output_dir, sweep, cache=None):
     return summary
 
 
+def _label(model):
+    """A model as the table names it: its last two path components."""
+    parts = os.path.normpath(model).split(os.sep)
+    return os.path.join(*parts[-2:]) if len(parts) > 1 else model
+
+
 def _safe_name(model):
-    name = os.path.basename(os.path.normpath(model)) or model
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+    """The model's folder in --output_dir."""
+    return "".join(c if c.isalnum() or c in "._-" else "_"
+                   for c in _label(model))
 
 
 def format_table(summary):
@@ -310,7 +338,7 @@ def format_table(summary):
             values = " ".join(
                 f"{combined[m]:6d}" if m == "IDSW"
                 else f"{100 * combined[m]:6.1f}" for m in mot.METRICS)
-            lines.append(f"{(model + suffix)[:32]:32s} {gate:>6s} "
+            lines.append(f"{(_label(model) + suffix)[-32:]:32s} {gate:>6s} "
                          f"{p['nn_budget']:>6d} {values}")
     return "\n".join(lines)
 
@@ -352,7 +380,9 @@ def main(argv):
                   f"); gate on the ground truth: "
                   f"{entry.get('ground_truth_gate') or float('nan'):.4g}")
             print(f"  python deep_sort_app.py --sequence_dir=SEQUENCE "
-                  f"--detection_file=DETECTIONS.npy --min_confidence="
+                  f"--detection_file="
+                  f"{os.path.join(output_dir, _safe_name(model), 'SEQUENCE')}"
+                  f".npy --min_confidence="
                   f"{FLAGS.min_confidence:g} --nms_max_overlap="
                   f"{FLAGS.nms_max_overlap:g} --max_cosine_distance="
                   f"{best['max_cosine_distance']:g} --nn_budget="

@@ -111,12 +111,17 @@ def test_the_command_reports_motmetrics_idf1(sequence_dir, tracked):
                                                                abs=1e-6)
 
 
-def test_the_sweep_names_a_gate_and_the_command_line(trained, tracked):
+def test_the_sweep_names_a_gate_and_the_command_line(sequence_dir, trained,
+                                                      tracked):
     output, stdout, summary = tracked
     assert set(summary["models"]) == {"none", trained[0]}
     entry = summary["models"][trained[0]]
-    assert len(entry["runs"]) == len(track.SWEEP_GATES) * len(
-        track.SWEEP_BUDGETS)
+    # the flags' setting (Deep SORT's defaults) first, then the grid
+    assert entry["runs"][0]["parameters"]["max_cosine_distance"] == 0.2
+    grid = {(g, b) for g in track.SWEEP_GATES for b in track.SWEEP_BUDGETS}
+    assert {(r["parameters"]["max_cosine_distance"],
+             r["parameters"]["nn_budget"]) for r in entry["runs"]} == \
+        grid | {(0.2, 100)}
     best = entry["best"]
     assert best["metrics"]["COMBINED"]["IDF1"] == max(
         r["metrics"]["COMBINED"]["IDF1"] for r in entry["runs"])
@@ -127,6 +132,17 @@ def test_the_sweep_names_a_gate_and_the_command_line(trained, tracked):
         in stdout
     for run in entry["runs"]:  # a results file per setting and sequence
         assert os.path.isfile(os.path.join(run["results"], "SYNTH-01.txt"))
+    # the detections with their features, encoded once, as Deep SORT's
+    # generate_detections.py writes them: det.txt's 10 columns, a feature
+    detections = np.load(os.path.join(
+        output, track._safe_name(trained[0]), "SYNTH-01.npy"))
+    det = np.loadtxt(os.path.join(sequence_dir, "det", "det.txt"),
+                     delimiter=",")
+    det = det[det[:, 6] >= 0.3]
+    assert detections.shape == (len(det), 10 + 128)
+    np.testing.assert_allclose(detections[:, :10], det, atol=1e-4)
+    np.testing.assert_allclose(np.linalg.norm(detections[:, 10:], axis=1),
+                               1.0, atol=1e-5)
     # motion only: one setting, the appearance term off
     assert len(summary["models"]["none"]["runs"]) == 1
     assert summary["parameters"]["min_confidence"] == 0.3

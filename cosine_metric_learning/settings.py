@@ -1,10 +1,13 @@
 """Every setting of a run, defined once: default, help and allowed range.
 
-:class:`TrainConfig` and :class:`EvalConfig` are the settings of training
-and of the evaluator; each field carries its help text and its check in
-the field's metadata. The command-line flags are derived from these fields
-(``cli.py``), and ``validate()`` runs every field's check, so a setting's
-default, help and range live in one place.
+Each mode's settings are a class: :class:`TrainConfig`, :class:`EvalConfig`,
+:class:`TestConfig`, :class:`ExportConfig` (``--mode=export`` and the model
+exports) and :class:`EncodeConfig` (the encode command); what several
+share is a base class (:class:`Config`, :class:`BackendConfig`,
+:class:`ShapeConfig`), so each setting is one field. A field carries its
+help text and its check in its metadata; the command-line flags are
+derived from the fields (``cli.py``), and ``validate()`` runs every
+field's check.
 """
 
 import dataclasses

@@ -30,7 +30,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import files, metrics, mot
+from cosine_metric_learning import files, metrics, mot, preprocessing
 from cosine_metric_learning.errors import INTERRUPTED, INTERRUPTED_STATUS
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags
@@ -51,6 +51,8 @@ DETECTIONS_NPY = files.Kind(
     "a detections file written by this command (a .npy of det.txt rows "
     "and their features)", lambda path: np.load(path, mmap_mode="r").ndim
     == 2)
+# the loaded models and their features, for the whole command
+_CACHE = {}
 SUMMARY = files.json_kind({"models", "parameters"},
                           "a tracking summary written by this command (a "
                           "JSON object with 'models' and 'parameters')")
@@ -120,7 +122,6 @@ def encode_rows(encoder, sequence, rows, progress_secs=10.0):
     """Features ``(len(rows), D)`` of the rows' boxes, one batch a frame,
     cut from the frames as Deep SORT's box encoder does; a progress line
     now and then."""
-    from cosine_metric_learning import preprocessing
     box_encoder = encoder_lib.create_box_encoder(encoder)
     features = np.zeros((len(rows), encoder.feature_dim), np.float32)
     frames = np.unique(rows[:, 0]).astype(int)
@@ -398,9 +399,6 @@ def main(argv):
         print(INTERRUPTED, file=sys.stderr)
         return INTERRUPTED_STATUS
     return 0
-
-
-_CACHE = {}
 
 
 def define_flags():

@@ -29,7 +29,7 @@ import tensorflow as tf
 from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import mot, track
+from cosine_metric_learning import mot
 from cosine_metric_learning.nets.deep_sort import network_definition
 from tests.reference import spread_kernels
 
@@ -76,16 +76,15 @@ def main(argv=None):
         loaded = encoder_lib.load(model)
         rows = sequence.detections
         # warm-up: the first frame traces the encoder
-        track.encode_rows(loaded, sequence, rows[rows[:, 0] == 1])
+        mot.encode_rows(loaded, sequence, rows[rows[:, 0] == 1])
         start = time.perf_counter()
-        features = track.encode_rows(loaded, sequence, rows,
+        features = mot.encode_rows(loaded, sequence, rows,
                                      progress_secs=1e9)
         encoding = time.perf_counter() - start
         start = time.perf_counter()
-        track.run_tracker(rows, features, sequence.num_frames,
-                          **{k: track.DEFAULTS[k] for k in (
-                              "max_cosine_distance", "nn_budget",
-                              "max_iou_distance", "max_age", "n_init")})
+        mot.run_tracker(rows, features, sequence.num_frames,
+                          **{k: mot.DEFAULTS[k]
+                             for k in mot.TRACKER_PARAMETERS})
         tracking = time.perf_counter() - start
     total = encoding + tracking
     print(f"\n{os.cpu_count()} CPU cores, {args.frames} frames of "

@@ -16,7 +16,9 @@ from absl import logging
 from tensorboard.compat.proto import event_pb2
 
 from cosine_metric_learning import checkpoints, features, metrics
-from cosine_metric_learning import pictures, run_settings
+from cosine_metric_learning import backends, export, mot, pictures
+from cosine_metric_learning import run_settings
+from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.datasets import util as dataset_util
@@ -83,6 +85,13 @@ class _Evaluator:
         # run.json (written before it)
         self.requested_shape = image_shape
         self.encoder = self.encode = self.image_shape = None
+        # --track_sequences: read and checked now, tracked at each step
+        self.sequences = []
+        if config.track_sequences:
+            mot.require_tracker()
+            mot.require_trackeval()
+            self.sequences = [mot.read_sequence(folder) for folder in
+                              mot.find_sequences(config.track_sequences)]
         self.done_steps = evaluated_steps(self.eval_dir)
         self.writer = tf.summary.create_file_writer(self.eval_dir)
         self.results, self.failures, self.handled = [], {}, set()
@@ -132,6 +141,11 @@ class _Evaluator:
         self.encoder = network_definition.create_encoder(self.image_shape)
         self.encode = features.make_encode_fn(
             self.encoder, self.image_shape, self.config.batch_size)
+        # the same network as a tracker's encoder of uint8 BGR patches
+        self.patch_encoder = encoder_lib.Encoder(backends.Backend(
+            export.inference_function(self.encoder, self.image_shape),
+            self.image_shape, network_definition.FEATURE_DIM,
+            backends.TENSORFLOW, self.encoder, self.run_dir))
 
     def evaluate(self, step):
         """Evaluate the restored encoder of ``step``."""
@@ -143,6 +157,10 @@ class _Evaluator:
         # the --max_cosine_distance Deep SORT should use with it
         values["gate/max_cosine_distance"] = metrics.equal_error_gate(
             pairs, same)["threshold"]
+        tracking = mot.track_and_score(self.patch_encoder, self.sequences)
+        for name in ("HOTA", "IDF1", "IDSW"):
+            if tracking is not None:
+                values[f"tracking/{name}"] = tracking[name]
         picture = self.ranked_retrieval(features)
         with self.writer.as_default(step=step):
             for name, value in values.items():

@@ -1,14 +1,17 @@
-"""MOTChallenge sequences: reading them, and scoring tracking results.
+"""MOTChallenge sequences: reading them, tracking them with Deep SORT,
+and scoring the results.
 
 A sequence folder holds ``seqinfo.ini``, ``img1/`` (the frames),
 ``det/det.txt`` (detections) and ``gt/gt.txt`` (ground truth), in the
 layout of MOT16, MOT17 and MOT20. :func:`read_sequence` reads one;
+:func:`detection_rows`, :func:`encode_rows` and :func:`run_tracker` track
+it with Deep SORT's association as ``deep-sort-realtime`` implements it;
 :func:`score` scores tracking results with TrackEval, MOTChallenge's
 reference implementation (HOTA with DetA and AssA, IDF1, MOTA, ID
 switches), run on the same files a submission would hold.
 
-TrackEval is the optional ``track`` dependency; :func:`score` says how to
-install it when it is missing.
+The tracker and TrackEval are the optional ``track`` dependencies; the
+functions that need them say how to install them when they are missing.
 """
 
 import configparser
@@ -17,11 +20,14 @@ import dataclasses
 import io
 import os
 import tempfile
+import time
 from typing import Optional
 
 import numpy as np
+from absl import logging
 
-from cosine_metric_learning import files
+from cosine_metric_learning import encoder as encoder_lib
+from cosine_metric_learning import files, preprocessing
 from cosine_metric_learning.errors import UsageError
 
 LAYOUT = ("a MOTChallenge sequence folder: seqinfo.ini, img1/, det/det.txt "
@@ -30,6 +36,13 @@ LAYOUT = ("a MOTChallenge sequence folder: seqinfo.ini, img1/, det/det.txt "
 METRICS = ("HOTA", "DetA", "AssA", "IDF1", "MOTA", "IDSW")
 INSTALL_HINT = ("pip install 'cosine-metric-learning[track]' (in a source "
                 "checkout: pip install -e '.[track]')")
+# Deep SORT's application and README (MOT16): its defaults here
+DEFAULTS = {"max_cosine_distance": 0.2, "nn_budget": 100,
+            "max_iou_distance": 0.7, "max_age": 30, "n_init": 3,
+            "min_confidence": 0.3, "nms_max_overlap": 1.0}
+# what run_tracker takes of them
+TRACKER_PARAMETERS = ("max_cosine_distance", "nn_budget", "max_iou_distance",
+                      "max_age", "n_init")
 
 
 @dataclasses.dataclass
@@ -149,7 +162,7 @@ def write_results(path, rows):
         for frame, track, left, top, width, height in rows), RESULTS)
 
 
-def _require_trackeval():
+def require_trackeval():
     try:
         import trackeval
     except ImportError as e:
@@ -168,7 +181,7 @@ def score(sequences, results):
     computes them for MOT17 (its preprocessing: distractor classes and
     rows not to be considered are left out).
     """
-    trackeval = _require_trackeval()
+    trackeval = require_trackeval()
     with tempfile.TemporaryDirectory() as tmp:
         gt_dir = os.path.join(tmp, "gt")
         tracker_dir = os.path.join(tmp, "trackers", "model")
@@ -211,3 +224,135 @@ def score(sequences, results):
             "MOTA": float(values["CLEAR"]["MOTA"]),
             "IDSW": int(values["CLEAR"]["IDSW"])}
     return numbers
+
+
+# Tracking -------------------------------------------------------------------
+
+def require_tracker():
+    try:
+        from deep_sort_realtime.deepsort_tracker import DeepSort
+    except ImportError as e:
+        raise UsageError("the tracking evaluation needs the optional package "
+                         "'deep-sort-realtime', which is not installed: "
+                         f"{INSTALL_HINT}") from e
+    return DeepSort
+
+
+
+def non_max_suppression(boxes, scores, max_overlap):
+    """Indices of the boxes ``(N, 4)`` as ``(left, top, width, height)``
+    kept by greedy non-maximum suppression, highest score first, as Deep
+    SORT's application does (``max_overlap`` 1.0 keeps all)."""
+    if len(boxes) == 0 or max_overlap >= 1.0:
+        return np.arange(len(boxes))
+    x1, y1 = boxes[:, 0], boxes[:, 1]
+    x2, y2 = x1 + boxes[:, 2], y1 + boxes[:, 3]
+    area = (x2 - x1 + 1) * (y2 - y1 + 1)
+    order = list(np.argsort(scores))
+    keep = []
+    while order:
+        i = order.pop()
+        keep.append(i)
+        rest = np.array(order, int)
+        if not len(rest):
+            break
+        w = np.maximum(0, np.minimum(x2[i], x2[rest]) - np.maximum(
+            x1[i], x1[rest]) + 1)
+        h = np.maximum(0, np.minimum(y2[i], y2[rest]) - np.maximum(
+            y1[i], y1[rest]) + 1)
+        overlap = w * h / area[rest]
+        order = [j for j, o in zip(order, overlap) if o <= max_overlap]
+    return np.array(sorted(keep), int)
+
+
+def detection_rows(sequence, source, min_confidence, nms_max_overlap):
+    """The rows the tracker sees: ``det.txt`` above ``min_confidence``
+    after non-maximum suppression per frame, or the ground-truth boxes to
+    be considered (confidence 1)."""
+    if source == "gt":
+        if sequence.ground_truth is None:
+            raise UsageError(f"--detections=gt: sequence {sequence.name} "
+                             "has no gt/gt.txt")
+        rows = sequence.ground_truth.copy()
+        if rows.shape[1] > 7:  # MOT17: only pedestrians to be considered
+            rows = rows[(rows[:, 6] != 0) & (rows[:, 7] == 1)]
+        rows[:, 6] = 1.0
+        return rows[:, :7]
+    rows = sequence.detections[sequence.detections[:, 6] >= min_confidence]
+    kept = []
+    for frame in np.unique(rows[:, 0]):
+        in_frame = rows[rows[:, 0] == frame]
+        kept.append(in_frame[non_max_suppression(
+            in_frame[:, 2:6], in_frame[:, 6], nms_max_overlap)])
+    return np.concatenate(kept) if kept else rows[:, :7]
+
+
+def encode_rows(encoder, sequence, rows, progress_secs=10.0):
+    """Features ``(len(rows), D)`` of the rows' boxes, one batch a frame,
+    cut from the frames as Deep SORT's box encoder does; a progress line
+    now and then."""
+    box_encoder = encoder_lib.create_box_encoder(encoder)
+    features = np.zeros((len(rows), encoder.feature_dim), np.float32)
+    frames = np.unique(rows[:, 0]).astype(int)
+    start = last = time.time()
+    for n, frame in enumerate(frames):
+        index = np.flatnonzero(rows[:, 0] == frame)
+        image = preprocessing.read_patches(
+            [sequence.frame_paths[frame - 1]], sequence.image_shape)[0]
+        features[index] = box_encoder(image, rows[index, 2:6])
+        if time.time() - last >= progress_secs or n == len(frames) - 1:
+            last = time.time()
+            logging.info("%s: encoded %d/%d frames (%.1f frames/s)",
+                         sequence.name, n + 1, len(frames),
+                         (n + 1) / max(last - start, 1e-9))
+    return features
+
+
+def run_tracker(rows, features, num_frames, max_cosine_distance, nn_budget,
+                max_iou_distance, max_age, n_init):
+    """Deep SORT (``deep-sort-realtime``) over the detections ``rows``
+    with their ``features``; returns the result rows ``(frame, track,
+    left, top, width, height)`` of the confirmed tracks updated in that
+    frame, as Deep SORT's application writes them."""
+    DeepSort = require_tracker()
+    tracker = DeepSort(max_age=max_age, n_init=n_init,
+                       max_iou_distance=max_iou_distance,
+                       max_cosine_distance=max_cosine_distance,
+                       nn_budget=nn_budget, embedder=None)
+    results = []
+    for frame in range(1, num_frames + 1):
+        index = np.flatnonzero(rows[:, 0] == frame)
+        detections = [(list(rows[i, 2:6]), float(rows[i, 6]), "person")
+                      for i in index]
+        tracks = tracker.update_tracks(detections,
+                                       embeds=list(features[index]))
+        for track in tracks:
+            if not track.is_confirmed() or track.time_since_update > 1:
+                continue
+            results.append((frame, int(track.track_id),
+                            *track.to_ltwh(orig=False)))
+    return results
+
+
+def track_and_score(encoder, sequences, parameters=None):
+    """Track the sequences' detections with ``encoder`` (an
+    :class:`encoder.Encoder`) at ``parameters`` (default
+    :data:`DEFAULTS`) and score them: the combined metrics of the
+    sequences that have ground truth (None if none has)."""
+    parameters = {**DEFAULTS, **(parameters or {})}
+    scored = [s for s in sequences if s.ground_truth is not None]
+    if not scored:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        results = {}
+        for sequence in scored:
+            rows = detection_rows(sequence, "det",
+                                  parameters["min_confidence"],
+                                  parameters["nms_max_overlap"])
+            tracked = run_tracker(
+                rows, encode_rows(encoder, sequence, rows),
+                sequence.num_frames,
+                **{k: parameters[k] for k in TRACKER_PARAMETERS})
+            results[sequence.name] = os.path.join(tmp, f"{sequence.name}.txt")
+            write_results(results[sequence.name], tracked)
+        return score(scored, results)["COMBINED"]

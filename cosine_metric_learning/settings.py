@@ -198,6 +198,11 @@ class EvalConfig(RunConfig):
     max_num_evaluations: Optional[int] = setting(
         None, "eval: stop after this many evaluations.",
         _optional(_at_least_1, "to evaluate until stopped"))
+    track_sequences: Optional[str] = setting(
+        None, "eval: also track these MOTChallenge sequences (comma-"
+        "separated folders, or parents of them) with each checkpoint, at "
+        "Deep SORT's defaults, and write HOTA, IDF1 and ID switches beside "
+        "the CMC (needs the track extra).")
     eval_timeout_secs: Optional[float] = setting(
         None, "eval: stop when no new checkpoint appeared for this long "
         "(with --number_of_steps: also stop once that step is evaluated).",

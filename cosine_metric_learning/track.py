@@ -24,23 +24,19 @@ The tracker and the metrics are the optional ``track`` dependencies.
 import json
 import os
 import sys
-import time
 
 import numpy as np
 from absl import app, flags, logging
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import files, metrics, mot, preprocessing
+from cosine_metric_learning import files, metrics, mot
 from cosine_metric_learning.errors import INTERRUPTED, INTERRUPTED_STATUS
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags
 
 FLAGS = flags.FLAGS
 NONE = "none"
-# Deep SORT's application and README (MOT16): its defaults here
-DEFAULTS = {"max_cosine_distance": 0.2, "nn_budget": 100,
-            "max_iou_distance": 0.7, "max_age": 30, "n_init": 3,
-            "min_confidence": 0.3, "nms_max_overlap": 1.0}
+DEFAULTS = mot.DEFAULTS
 SWEEP_GATES = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
 SWEEP_BUDGETS = (100,)
 # frames between the two boxes of a same-track pair for the ground-truth
@@ -58,86 +54,7 @@ SUMMARY = files.json_kind({"models", "parameters"},
                           "JSON object with 'models' and 'parameters')")
 
 
-def _require_tracker():
-    try:
-        from deep_sort_realtime.deepsort_tracker import DeepSort
-    except ImportError as e:
-        raise UsageError("the tracking evaluation needs the optional package "
-                         "'deep-sort-realtime', which is not installed: "
-                         f"{mot.INSTALL_HINT}") from e
-    return DeepSort
-
-
 # Detections and their features --------------------------------------------
-
-def non_max_suppression(boxes, scores, max_overlap):
-    """Indices of the boxes ``(N, 4)`` as ``(left, top, width, height)``
-    kept by greedy non-maximum suppression, highest score first, as Deep
-    SORT's application does (``max_overlap`` 1.0 keeps all)."""
-    if len(boxes) == 0 or max_overlap >= 1.0:
-        return np.arange(len(boxes))
-    x1, y1 = boxes[:, 0], boxes[:, 1]
-    x2, y2 = x1 + boxes[:, 2], y1 + boxes[:, 3]
-    area = (x2 - x1 + 1) * (y2 - y1 + 1)
-    order = list(np.argsort(scores))
-    keep = []
-    while order:
-        i = order.pop()
-        keep.append(i)
-        rest = np.array(order, int)
-        if not len(rest):
-            break
-        w = np.maximum(0, np.minimum(x2[i], x2[rest]) - np.maximum(
-            x1[i], x1[rest]) + 1)
-        h = np.maximum(0, np.minimum(y2[i], y2[rest]) - np.maximum(
-            y1[i], y1[rest]) + 1)
-        overlap = w * h / area[rest]
-        order = [j for j, o in zip(order, overlap) if o <= max_overlap]
-    return np.array(sorted(keep), int)
-
-
-def detection_rows(sequence, source, min_confidence, nms_max_overlap):
-    """The rows the tracker sees: ``det.txt`` above ``min_confidence``
-    after non-maximum suppression per frame, or the ground-truth boxes to
-    be considered (confidence 1)."""
-    if source == "gt":
-        if sequence.ground_truth is None:
-            raise UsageError(f"--detections=gt: sequence {sequence.name} "
-                             "has no gt/gt.txt")
-        rows = sequence.ground_truth.copy()
-        if rows.shape[1] > 7:  # MOT17: only pedestrians to be considered
-            rows = rows[(rows[:, 6] != 0) & (rows[:, 7] == 1)]
-        rows[:, 6] = 1.0
-        return rows[:, :7]
-    rows = sequence.detections[sequence.detections[:, 6] >= min_confidence]
-    kept = []
-    for frame in np.unique(rows[:, 0]):
-        in_frame = rows[rows[:, 0] == frame]
-        kept.append(in_frame[non_max_suppression(
-            in_frame[:, 2:6], in_frame[:, 6], nms_max_overlap)])
-    return np.concatenate(kept) if kept else rows[:, :7]
-
-
-def encode_rows(encoder, sequence, rows, progress_secs=10.0):
-    """Features ``(len(rows), D)`` of the rows' boxes, one batch a frame,
-    cut from the frames as Deep SORT's box encoder does; a progress line
-    now and then."""
-    box_encoder = encoder_lib.create_box_encoder(encoder)
-    features = np.zeros((len(rows), encoder.feature_dim), np.float32)
-    frames = np.unique(rows[:, 0]).astype(int)
-    start = last = time.time()
-    for n, frame in enumerate(frames):
-        index = np.flatnonzero(rows[:, 0] == frame)
-        image = preprocessing.read_patches(
-            [sequence.frame_paths[frame - 1]], sequence.image_shape)[0]
-        features[index] = box_encoder(image, rows[index, 2:6])
-        if time.time() - last >= progress_secs or n == len(frames) - 1:
-            last = time.time()
-            logging.info("%s: encoded %d/%d frames (%.1f frames/s)",
-                         sequence.name, n + 1, len(frames),
-                         (n + 1) / max(last - start, 1e-9))
-    return features
-
 
 def write_detections_file(path, rows, features):
     """Detections and their features in the layout of Deep SORT's
@@ -163,7 +80,7 @@ def _model_features(path, sequence, rows, cache):
             cache[key] = vectors / np.linalg.norm(vectors, axis=1,
                                                   keepdims=True)
         else:
-            cache[key] = encode_rows(_load(path, cache), sequence, rows)
+            cache[key] = mot.encode_rows(_load(path, cache), sequence, rows)
     return cache[key]
 
 
@@ -174,32 +91,6 @@ def _load(path, cache):
 
 
 # Tracking -------------------------------------------------------------------
-
-def run_tracker(rows, features, num_frames, max_cosine_distance, nn_budget,
-                max_iou_distance, max_age, n_init):
-    """Deep SORT (``deep-sort-realtime``) over the detections ``rows``
-    with their ``features``; returns the result rows ``(frame, track,
-    left, top, width, height)`` of the confirmed tracks updated in that
-    frame, as Deep SORT's application writes them."""
-    DeepSort = _require_tracker()
-    tracker = DeepSort(max_age=max_age, n_init=n_init,
-                       max_iou_distance=max_iou_distance,
-                       max_cosine_distance=max_cosine_distance,
-                       nn_budget=nn_budget, embedder=None)
-    results = []
-    for frame in range(1, num_frames + 1):
-        index = np.flatnonzero(rows[:, 0] == frame)
-        detections = [(list(rows[i, 2:6]), float(rows[i, 6]), "person")
-                      for i in index]
-        tracks = tracker.update_tracks(detections,
-                                       embeds=list(features[index]))
-        for track in tracks:
-            if not track.is_confirmed() or track.time_since_update > 1:
-                continue
-            results.append((frame, int(track.track_id),
-                            *track.to_ltwh(orig=False)))
-    return results
-
 
 def ground_truth_gate(sequence, model, cache):
     """The equal-error cosine gate on the ground truth: a track's own
@@ -235,13 +126,8 @@ def ground_truth_gate(sequence, model, cache):
 
 # The command ----------------------------------------------------------------
 
-def _parameters(gate=None, budget=None):
-    values = {name: getattr(FLAGS, name) for name in DEFAULTS}
-    if gate is not None:
-        values["max_cosine_distance"] = gate
-    if budget is not None:
-        values["nn_budget"] = budget
-    return values
+def _with(parameters, gate, budget):
+    return {**parameters, "max_cosine_distance": gate, "nn_budget": budget}
 
 
 def _setting_name(parameters):
@@ -249,10 +135,13 @@ def _setting_name(parameters):
             f"_budget{parameters['nn_budget']}")
 
 
-def evaluate(models, sequences, detections, output_dir, sweep, cache=None):
-    """Track every sequence with every model (and, with ``sweep``, every
-    gate and budget of the grid); returns the summary (written to
+def evaluate(models, sequences, detections, output_dir, sweep,
+             parameters=None, cache=None):
+    """Track every sequence with every model at ``parameters`` (the keys
+    of :data:`mot.DEFAULTS`; default those) and, with ``sweep``, every
+    gate and budget of the grid; returns the summary (written to
     ``output_dir/summary.json``)."""
+    base = {**DEFAULTS, **(parameters or {})}
     cache = {} if cache is None else cache
     scored = [s for s in sequences if s.ground_truth is not None]
     for s in sequences:
@@ -260,40 +149,37 @@ def evaluate(models, sequences, detections, output_dir, sweep, cache=None):
             logging.warning("Sequence %s has no gt/gt.txt: it is tracked, "
                             "but cannot be scored", s.name)
     summary = {"models": {}, "parameters": {
-        **_parameters(), "detections": detections,
+        **base, "detections": detections,
         "sequences": [s.path for s in sequences]}}
     for model in models:
         path = None if model == NONE else model
-        settings = [_parameters()]  # the flags' setting first
+        settings = [base]  # the given setting first
         if sweep and path is not None:
-            settings += [p for p in (_parameters(g, b) for b in SWEEP_BUDGETS
-                                     for g in SWEEP_GATES)
-                         if p != settings[0]]
+            settings += [p for p in (_with(base, g, b) for b in SWEEP_BUDGETS
+                                     for g in SWEEP_GATES) if p != base]
         runs = []
-        for parameters in settings:
+        for setting in settings:
             folder = os.path.join(output_dir, _safe_name(model),
-                                  _setting_name(parameters))
+                                  _setting_name(setting))
             os.makedirs(folder, exist_ok=True)
             results = {}
             for sequence in sequences:
-                rows = detection_rows(sequence, detections,
-                                      FLAGS.min_confidence,
-                                      FLAGS.nms_max_overlap)
+                rows = mot.detection_rows(sequence, detections,
+                                          base["min_confidence"],
+                                          base["nms_max_overlap"])
                 features = _model_features(path, sequence, rows, cache)
-                if path is not None and parameters is settings[0]:
+                if path is not None and setting is base:
                     write_detections_file(os.path.join(
                         output_dir, _safe_name(model),
                         f"{sequence.name}.npy"), rows, features)
-                tracked = run_tracker(
+                tracked = mot.run_tracker(
                     rows, features, sequence.num_frames,
-                    **{k: parameters[k] for k in (
-                        "max_cosine_distance", "nn_budget",
-                        "max_iou_distance", "max_age", "n_init")})
+                    **{k: setting[k] for k in mot.TRACKER_PARAMETERS})
                 results[sequence.name] = os.path.join(
                     folder, f"{sequence.name}.txt")
                 mot.write_results(results[sequence.name], tracked)
             numbers = mot.score(scored, results) if scored else {}
-            runs.append({"parameters": parameters, "results": folder,
+            runs.append({"parameters": setting, "results": folder,
                          "metrics": numbers})
         entry = {"runs": runs}
         if scored:
@@ -350,7 +236,7 @@ def main(argv):
               file=sys.stderr)
         return 2
     try:
-        _require_tracker()
+        mot.require_tracker()
         models = [m.strip() for m in FLAGS.model.split(",") if m.strip()]
         sequences = [mot.read_sequence(f)
                      for f in mot.find_sequences(FLAGS.sequences)]
@@ -366,7 +252,8 @@ def main(argv):
             if model != NONE:
                 _load(model, _CACHE)
         summary = evaluate(models, sequences, FLAGS.detections, output_dir,
-                           FLAGS.sweep, _CACHE)
+                           FLAGS.sweep, {name: getattr(FLAGS, name)
+                                         for name in DEFAULTS}, _CACHE)
         files.write_atomically(summary_path, lambda f: json.dump(
             summary, f, indent=1), SUMMARY)
         print(format_table(summary))

@@ -11,7 +11,8 @@ import pytest
 from cosine_metric_learning import mot, track
 from cosine_metric_learning.datasets import synthetic
 from cosine_metric_learning.errors import UsageError
-from tests.conftest import one_error_line, run_script
+from tests.conftest import one_error_line, read_events, run_script
+from tests.conftest import small_config
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +61,8 @@ def test_non_max_suppression_keeps_the_best_of_overlapping_boxes():
     boxes = np.array([[0, 0, 10, 10], [1, 1, 10, 10], [50, 50, 10, 10]],
                      float)
     scores = np.array([0.5, 0.9, 0.7])
-    assert track.non_max_suppression(boxes, scores, 0.5).tolist() == [1, 2]
-    assert track.non_max_suppression(boxes, scores, 1.0).tolist() == [0, 1,
+    assert mot.non_max_suppression(boxes, scores, 0.5).tolist() == [1, 2]
+    assert mot.non_max_suppression(boxes, scores, 1.0).tolist() == [0, 1,
                                                                         2]
 
 
@@ -191,3 +192,40 @@ def test_a_sequence_without_ground_truth_is_tracked_not_scored(
     run = summary["models"]["none"]["runs"][0]
     assert run["metrics"] == {}
     assert os.path.getsize(os.path.join(run["results"], "SYNTH-01.txt")) > 0
+
+
+def test_the_evaluator_tracks_each_checkpoint(market_dir, sequence_dir,
+                                              tmp_path):
+    """--mode=eval --track_sequences: HOTA, IDF1 and ID switches of every
+    checkpoint in TensorBoard, as the tracking evaluation computes them."""
+    import tensorflow as tf
+    from cosine_metric_learning import encoder as encoder_lib
+    from cosine_metric_learning import evaluator, settings, training
+    from cosine_metric_learning.datasets.spec import MARKET1501
+    log_dir = tmp_path / "logs"
+    training.train(MARKET1501, small_config(market_dir, log_dir,
+                                            number_of_steps=1))
+    config = settings.EvalConfig(
+        dataset_dir=market_dir, log_dir=str(log_dir), run_id="run",
+        eval_log_dir=str(tmp_path / "eval"), batch_size=64,
+        max_num_evaluations=2, eval_interval_secs=0.05,
+        track_sequences=sequence_dir)
+    results = evaluator.evaluate_checkpoints(MARKET1501, config)
+    assert [step for step, _ in results] == [0, 1]
+    events = read_events(tmp_path / "eval" / "run")
+    written = {}
+    for tag in ("tracking/HOTA", "tracking/IDF1", "tracking/IDSW"):
+        assert [e.step for e in events.Tensors(tag)] == [0, 1], tag
+        written[tag] = float(tf.make_ndarray(events.Tensors(tag)[-1]
+                                             .tensor_proto))
+    expected = mot.track_and_score(
+        encoder_lib.load(str(log_dir / "run" / "ckpt-1")),
+        [mot.read_sequence(sequence_dir)])
+    assert written["tracking/IDF1"] == pytest.approx(expected["IDF1"],
+                                                     abs=1e-6)
+    assert written["tracking/IDSW"] == expected["IDSW"]
+    # a sequence that is not one is refused before any evaluation
+    bad = settings.EvalConfig(**{**config.__dict__,
+                                 "track_sequences": str(tmp_path)})
+    with pytest.raises(UsageError, match="holds no sequence"):
+        evaluator.evaluate_checkpoints(MARKET1501, bad)

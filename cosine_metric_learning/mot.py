@@ -18,6 +18,7 @@ import configparser
 import contextlib
 import dataclasses
 import io
+import logging as pylogging
 import os
 import tempfile
 import time
@@ -315,6 +316,8 @@ def run_tracker(rows, features, num_frames, max_cosine_distance, nn_budget,
     left, top, width, height)`` of the confirmed tracks updated in that
     frame, as Deep SORT's application writes them."""
     DeepSort = require_tracker()
+    # it logs its settings at every start: a sweep starts it many times
+    pylogging.getLogger("deep_sort_realtime").setLevel(pylogging.WARNING)
     tracker = DeepSort(max_age=max_age, n_init=n_init,
                        max_iou_distance=max_iou_distance,
                        max_cosine_distance=max_cosine_distance,

@@ -22,10 +22,8 @@ from absl import app, flags
 from cosine_metric_learning import checkpoints, deploy, evaluator, export
 from cosine_metric_learning import files, kit_features, protocol
 from cosine_metric_learning import run_settings, settings, training
-from cosine_metric_learning.errors import INTERRUPTED, INTERRUPTED_STATUS
-from cosine_metric_learning.errors import ArgumentError, TrainingError
-from cosine_metric_learning.errors import UsageError
-from cosine_metric_learning.errors import parse_flags
+from cosine_metric_learning.errors import UsageError, parse_flags
+from cosine_metric_learning.errors import report_errors
 
 FLAGS = flags.FLAGS
 
@@ -244,28 +242,14 @@ def main(dataset, make_dataset=None, extra_flags=None):
         FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
 
     def _main(argv):
-        if len(argv) > 1:
-            print(f"error: unexpected arguments: {' '.join(argv[1:])}; "
-                  "flags are written --name=value", file=sys.stderr)
-            return 2
-        try:
+        def run():
             spec = dataset if make_dataset is None else make_dataset(dataset,
                                                                      FLAGS)
             # only train_custom.py has --image_shape; unset, the run's own
             given = "image_shape" in FLAGS and FLAGS.image_shape is not None
             return run_mode(spec, FLAGS.mode, config_from_flags(
                 CONFIGS[FLAGS.mode]), spec.image_shape if given else None)
-        except ArgumentError as e:
-            print(f"error: {e.for_flags(FLAG_NAMES)}", file=sys.stderr)
-            return 2
-        except UsageError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        except TrainingError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            print(INTERRUPTED, file=sys.stderr)
-            return INTERRUPTED_STATUS
+
+        return report_errors(argv, run, FLAG_NAMES)
 
     app.run(_main, flags_parser=parse_flags)

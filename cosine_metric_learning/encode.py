@@ -16,7 +16,6 @@ output writes the features and the file names, one per row, to
 
 import glob
 import os
-import sys
 import time
 
 import numpy as np
@@ -27,10 +26,8 @@ from absl import app, flags, logging
 from cosine_metric_learning import cli
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files, preprocessing, settings
-from cosine_metric_learning.errors import INTERRUPTED, INTERRUPTED_STATUS
-from cosine_metric_learning.errors import ArgumentError, UsageError
-from cosine_metric_learning.errors import first_line
-from cosine_metric_learning.errors import parse_flags
+from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning.errors import parse_flags, report_errors
 
 def list_images(pattern):
     """Sorted image files of a folder or a glob pattern."""
@@ -142,11 +139,7 @@ def write_features(path, features, names):
 
 
 def main(argv):
-    if len(argv) > 1:
-        print(f"error: unexpected arguments: {' '.join(argv[1:])}",
-              file=sys.stderr)
-        return 2
-    try:
+    def run():
         config = cli.config_from_flags(settings.EncodeConfig)
         check_output(config.output)
         paths = list_images(config.images)
@@ -155,16 +148,9 @@ def main(argv):
         features = encode_files(encoder, paths, config.batch_size)
         for path in write_features(config.output, features, paths):
             print(f"wrote {path}")
-    except ArgumentError as e:
-        print(f"error: {e.for_flags(FLAG_NAMES)}", file=sys.stderr)
-        return 2
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
-        return INTERRUPTED_STATUS
-    return 0
+        return 0
+
+    return report_errors(argv, run, FLAG_NAMES)
 
 
 # the flags the library's arguments come from, for its messages

@@ -56,6 +56,32 @@ INTERRUPTED = ("error: interrupted (Ctrl-C) before finishing; no output "
 INTERRUPTED_STATUS = 128 + 2  # SIGINT's number
 
 
+def report_errors(argv, run, flag_names):
+    """Run a command's ``run()`` (which returns its exit status) after
+    absl parsed its flags (``argv``: what is left, the program's name);
+    its errors become one line on stderr and a status: 2 for bad input
+    (an ArgumentError named by the flag ``flag_names`` maps it to), 1 for
+    training that cannot go on, 130 for Ctrl-C."""
+    if len(argv) > 1:
+        print(f"error: unexpected arguments: {' '.join(argv[1:])}; flags "
+              "are written --name=value", file=sys.stderr)
+        return 2
+    try:
+        return run()
+    except ArgumentError as e:
+        print(f"error: {e.for_flags(flag_names)}", file=sys.stderr)
+        return 2
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except TrainingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return INTERRUPTED_STATUS
+
+
 def parse_flags(argv):
     """absl's flag parser for ``app.run``: a bad flag (unknown, out of its
     choices, missing) is one line on stderr and exit status 2."""

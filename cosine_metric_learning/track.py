@@ -23,16 +23,14 @@ The tracker and the metrics are the optional ``track`` dependencies.
 
 import json
 import os
-import sys
 
 import numpy as np
 from absl import app, flags, logging
 
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files, metrics, mot
-from cosine_metric_learning.errors import INTERRUPTED, INTERRUPTED_STATUS
-from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags
+from cosine_metric_learning.errors import report_errors
 
 FLAGS = flags.FLAGS
 NONE = "none"
@@ -231,11 +229,7 @@ def format_table(summary):
 
 
 def main(argv):
-    if len(argv) > 1:
-        print(f"error: unexpected arguments: {' '.join(argv[1:])}",
-              file=sys.stderr)
-        return 2
-    try:
+    def run():
         mot.require_tracker()
         models = [m.strip() for m in FLAGS.model.split(",") if m.strip()]
         sequences = [mot.read_sequence(f)
@@ -276,16 +270,9 @@ def main(argv):
                   f"{best['max_cosine_distance']:g} --nn_budget="
                   f"{best['nn_budget']}")
         print(f"wrote {summary_path}")
-    except ArgumentError as e:
-        print(f"error: {e.for_flags({'path': '--model'})}", file=sys.stderr)
-        return 2
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
-        return INTERRUPTED_STATUS
-    return 0
+        return 0
+
+    return report_errors(argv, run, {"path": "--model"})
 
 
 def define_flags():

@@ -85,15 +85,31 @@ def test_signal_saves_the_current_step_and_the_rerun_continues(
     assert f"(step {step})" in result.stderr
 
 
+@pytest.fixture(scope="module")
+def large_market_dir(market_dir, tmp_path_factory):
+    """The synthetic set with every training and gallery image 20 times
+    (other detection numbers), so that encoding and calibrating take long
+    enough to be interrupted on a fast machine."""
+    folder = tmp_path_factory.mktemp("large") / "Market-1501-synthetic"
+    shutil.copytree(market_dir, folder)
+    for split in ("bounding_box_train", "bounding_box_test"):
+        for path in sorted((folder / split).glob("*.jpg")):
+            stem = path.name.split(".")[0]
+            for copy in range(2, 21):
+                shutil.copy(path, path.with_name(f"{stem[:-2]}{copy:02d}"
+                                                 ".jpg"))
+    return str(folder)
+
+
 @pytest.mark.parametrize("mode, waits_for", [
     (["--mode=test", "--batch_size=1", "--flip_test"], "Encoding"),
-    (["--mode=onnx", "--int8", "--calibration_images=200"],
+    (["--mode=onnx", "--int8", "--calibration_images=3000"],
      "Calibrating int8")])
-def test_ctrl_c_in_test_or_export_is_one_line(market_dir, trained, tmp_path,
-                                              mode, waits_for):
+def test_ctrl_c_in_test_or_export_is_one_line(large_market_dir, trained,
+                                              tmp_path, mode, waits_for):
     output = tmp_path / "m_int8.onnx"
     run = _Process([sys.executable, "train_market1501.py", *mode,
-                    f"--dataset_dir={market_dir}",
+                    f"--dataset_dir={large_market_dir}",
                     f"--restore_path={trained[0]}",
                     f"--output_json={tmp_path / 'test.json'}"
                     if mode[0] == "--mode=test" else f"--output={output}"])

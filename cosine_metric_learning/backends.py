@@ -82,9 +82,7 @@ def load(path, backend, image_shape=None, openvino_config=None):
     fmt, backend = resolve(path, backend)
     if fmt == "checkpoint":
         encoder, prefix = checkpoints.load_encoder(path, image_shape)
-        shape = tuple(encoder.input_shape[1:])
-        return Backend(export.inference_function(encoder, shape), shape,
-                       encoder.output_shape[-1], TENSORFLOW, encoder, prefix)
+        return keras_backend(encoder, prefix)
     if fmt == "frozen":
         loaded = _frozen_graph(path)
     elif fmt == "saved_model":
@@ -103,6 +101,14 @@ def load(path, backend, image_shape=None, openvino_config=None):
                             "that")
     loaded.source = path
     return loaded
+
+
+def keras_backend(encoder, source):
+    """A :class:`Backend` of a Keras encoder (of float images), through
+    the inference function every export uses: uint8 BGR patches in."""
+    shape = tuple(encoder.input_shape[1:])
+    return Backend(export.inference_function(encoder, shape), shape,
+                   encoder.output_shape[-1], TENSORFLOW, encoder, source)
 
 
 def _frozen_graph(path):

@@ -16,7 +16,7 @@ from absl import logging
 from tensorboard.compat.proto import event_pb2
 
 from cosine_metric_learning import checkpoints, features, metrics
-from cosine_metric_learning import backends, export, mot, pictures
+from cosine_metric_learning import backends, mot, pictures
 from cosine_metric_learning import run_settings
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning.errors import TrainingError, UsageError
@@ -142,10 +142,8 @@ class _Evaluator:
         self.encode = features.make_encode_fn(
             self.encoder, self.image_shape, self.config.batch_size)
         # the same network as a tracker's encoder of uint8 BGR patches
-        self.patch_encoder = encoder_lib.Encoder(backends.Backend(
-            export.inference_function(self.encoder, self.image_shape),
-            self.image_shape, network_definition.FEATURE_DIM,
-            backends.TENSORFLOW, self.encoder, self.run_dir))
+        self.patch_encoder = encoder_lib.Encoder(backends.keras_backend(
+            self.encoder, self.run_dir))
 
     def evaluate(self, step):
         """Evaluate the restored encoder of ``step``."""

@@ -95,8 +95,7 @@ def _read_rows(path, min_columns, what):
         raise UsageError(f"{what} '{path}' has {rows.shape[1]} columns; "
                          f"expected at least {min_columns} (frame, id, left, "
                          "top, width, height, confidence, ...)")
-    return rows.reshape(-1, max(rows.shape[1], min_columns)) \
-        if rows.size else np.zeros((0, min_columns))
+    return rows if rows.size else np.zeros((0, min_columns))
 
 
 def read_sequence(folder):

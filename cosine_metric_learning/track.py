@@ -66,11 +66,12 @@ def write_detections_file(path, rows, features):
         DETECTIONS_NPY, binary=True)
 
 
-def _model_features(path, sequence, rows, cache):
-    """Features of ``rows`` with the model at ``path`` (None: random unit
-    vectors, whose cosine distances, about 1, lie beyond every gate),
-    encoded once per model and sequence."""
-    key = (path, sequence.name, rows.shape, float(rows[:, 2:6].sum()))
+def _model_features(path, sequence, rows, cache, boxes="detections"):
+    """Features of ``rows`` (the sequence's ``boxes``: the tracked
+    detections, or the ground truth of the gate) with the model at
+    ``path`` (None: random unit vectors, whose cosine distances, about 1,
+    lie beyond every gate), encoded once per model, sequence and boxes."""
+    key = (path, sequence.name, boxes)
     if key not in cache:
         if path is None:
             rng = np.random.default_rng(0)
@@ -102,7 +103,8 @@ def ground_truth_gate(sequence, model, cache):
         keep &= (gt[:, 6] != 0) & (gt[:, 7] == 1) & (
             gt[:, 8] >= GATE_MIN_VISIBILITY)
     rows = gt[keep]
-    features = _model_features(model, sequence, rows[:, :7], cache)
+    features = _model_features(model, sequence, rows[:, :7], cache,
+                               "ground truth")
     where = {(int(f), int(t)): i for i, (f, t) in enumerate(rows[:, :2])}
     same, different = [], []
     for (frame, track), i in where.items():
@@ -149,6 +151,10 @@ def evaluate(models, sequences, detections, output_dir, sweep,
     summary = {"models": {}, "parameters": {
         **base, "detections": detections,
         "sequences": [s.path for s in sequences]}}
+    # the tracked boxes, the same for every model and setting
+    rows_of = {sequence.name: mot.detection_rows(
+        sequence, detections, base["min_confidence"],
+        base["nms_max_overlap"]) for sequence in sequences}
     for model in models:
         path = None if model == NONE else model
         settings = [base]  # the given setting first
@@ -162,9 +168,7 @@ def evaluate(models, sequences, detections, output_dir, sweep,
             os.makedirs(folder, exist_ok=True)
             results = {}
             for sequence in sequences:
-                rows = mot.detection_rows(sequence, detections,
-                                          base["min_confidence"],
-                                          base["nms_max_overlap"])
+                rows = rows_of[sequence.name]
                 features = _model_features(path, sequence, rows, cache)
                 if path is not None and setting is base:
                     write_detections_file(os.path.join(

@@ -83,6 +83,15 @@ demo: install
 		--model=none,$(DEMO_DIR)/output/$(DEMO_LOSS)/ckpt-0,$(DEMO_DIR)/output/$(DEMO_LOSS) \
 		--sequences=$(DEMO_DIR)/MOT-synthetic --output_dir=$(DEMO_DIR)/tracking
 	@echo
+	@echo "Your own cameras: the sequence's tracks cut into identity folders, and the"
+	@echo "Market-1501 model tested on them (untrained, trained), as before fine-tuning:"
+	$(PY) -m cosine_metric_learning.datasets.mot --frame_stride=4 \
+		--sequences=$(DEMO_DIR)/MOT-synthetic --output_dir=$(DEMO_DIR)/own_people
+	for checkpoint in ckpt-0 ckpt-$(DEMO_STEPS); do \
+		$(PY) train_custom.py --mode=test --dataset_dir=$(DEMO_DIR)/own_people \
+			--restore_path=$(DEMO_DIR)/output/$(DEMO_LOSS)/$$checkpoint || exit 1; \
+	done
+	@echo
 	@echo "Synthetic dataset:  $(DEMO_DIR)/Market-1501-synthetic"
 	@echo "Checkpoints:        $(DEMO_DIR)/output/$(DEMO_LOSS)/"
 	@echo "Test numbers:       $(DEMO_DIR)/test.json"
@@ -91,6 +100,7 @@ demo: install
 	@echo "ONNX:               $(DEMO_DIR)/market1501.onnx"
 	@echo "int8 (ONNX, OpenVINO): $(DEMO_DIR)/market1501_int8.onnx, $(DEMO_DIR)/market1501_int8.xml"
 	@echo "Tracking:           $(DEMO_DIR)/tracking/summary.json"
+	@echo "Own cameras:        $(DEMO_DIR)/own_people (manifest.json)"
 	@echo "TensorBoard:        $(VENV)/bin/tensorboard --logdir_spec train:$(DEMO_DIR)/output,eval:$(DEMO_DIR)/eval"
 	@echo "In Deep SORT:       python tools/generate_detections.py --model=$(abspath $(DEMO_DIR))/market1501.pb --mot_dir=./MOT16/train --output_dir=./resources/detections/MOT16_train"
 

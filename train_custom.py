@@ -6,8 +6,14 @@
 ``--dataset_dir`` holds one folder per identity (``<identity>/<image>``) or
 Market-1501-style file names in one folder (see ``datasets/image_folder.py``).
 Same modes and flags as ``train_market1501.py``, plus ``--image_shape``,
-``--layout`` and ``--camera_regex``; the identities' numbering is saved as
-``labels.json`` in the run's folder.
+``--layout``, ``--camera_regex`` and ``--min_frame_gap``; the identities'
+numbering is saved as ``labels.json`` in the run's folder.
+
+``--mode=test`` (and ``--mode=export --format=pytorch_result``) takes a
+``--dataset_dir`` of people the model was not trained on: one query per
+identity and camera, every other image in the gallery, images of the
+query's identity and camera fewer than ``--min_frame_gap`` frames away
+left out (see ``datasets/image_folder.py``).
 """
 
 import dataclasses
@@ -32,6 +38,11 @@ def define_flags():
     flags.DEFINE_string("camera_regex", None,
                         "A regex with one group that finds the camera in a "
                         "file name (identity folders only).")
+    flags.DEFINE_integer("min_frame_gap", image_folder.MIN_FRAME_GAP,
+                         "test: images of the query's identity and camera "
+                         "fewer than this many frames from it are left out "
+                         "(the frame is the last number in a file name); 0 "
+                         "keeps them all.")
 
 
 def make_dataset(template, values):
@@ -44,13 +55,18 @@ def make_dataset(template, values):
         return image_folder.read_image_folder(dataset_dir, values.layout,
                                               values.camera_regex)
 
+    def read_test(dataset_dir):
+        return image_folder.read_test_protocol(
+            dataset_dir, values.layout, values.camera_regex,
+            values.min_frame_gap)
+
     num_classes, names = 0, None
     if values.mode is cli.Mode.TRAIN:
         names = read_train(values.dataset_dir).label_names
         num_classes = len(names)
     return dataclasses.replace(template, read_train=read_train,
-                               num_classes=num_classes, label_names=names,
-                               image_shape=shape)
+                               read_test=read_test, num_classes=num_classes,
+                               label_names=names, image_shape=shape)
 
 
 if __name__ == "__main__":

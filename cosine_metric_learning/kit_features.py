@@ -45,11 +45,15 @@ def export_features(dataset, restore_path, dataset_dir, output_dir,
     list of str
         The files written.
     """
+    split = dataset.read_test(dataset_dir)
+    if not split.exports:
+        raise UsageError(f"--format=kit: {dataset.name} data has no official "
+                         "evaluation kit; --format=pytorch_result writes "
+                         "its features")
     try:
         os.makedirs(output_dir, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot create {output_dir}: {e.strerror}") from e
-    split = dataset.read_test(dataset_dir)
     for name in split.exports:
         files.check_output(os.path.join(output_dir, name), KIT_FEATURES)
     split, features, _ = protocol.test_features(

@@ -7,7 +7,8 @@ Two protocols:
 * **Standard test protocol** (Market-1501 and MARS evaluation kits): for each
   query, gallery entries with id -1 and those with the query's id *and*
   camera are junk and removed from the ranking; good matches have the
-  query's id and another camera. CMC counts the first good match; AP is the
+  query's id and another camera. On one's own data the same camera counts
+  too, from ``min_frame_gap`` frames away (:func:`junk_mask`). CMC counts the first good match; AP is the
   kits' trapezoidal AP, and the non-interpolated AP that PyTorch toolkits
   print is reported beside it.
 """
@@ -171,8 +172,28 @@ def _rank_chunk(distances, good, junk):
             ap_plain[valid] / num_good[valid], inp[valid])
 
 
+def junk_mask(query_ids, gallery_ids, query_cameras, gallery_cameras,
+              query_frames=None, gallery_frames=None, min_frame_gap=None):
+    """``(Q, G)`` bool: the gallery entries left out of each query's
+    ranking: id -1, and the query's id in the query's camera (the kits'
+    rule), or with ``min_frame_gap``, only those of them fewer than
+    ``min_frame_gap`` frames from the query (``query_frames``,
+    ``gallery_frames``): near-duplicate frames of one track."""
+    query_ids, gallery_ids = np.asarray(query_ids), np.asarray(gallery_ids)
+    same = (gallery_ids[None, :] == query_ids[:, None]) & (
+        np.asarray(gallery_cameras)[None, :]
+        == np.asarray(query_cameras)[:, None])
+    if min_frame_gap is not None:
+        same &= np.abs(np.asarray(gallery_frames, np.int64)[None, :]
+                       - np.asarray(query_frames, np.int64)[:, None]
+                       ) < min_frame_gap
+    return (gallery_ids == -1)[None, :] | same
+
+
 def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
-                     gallery_cameras, ranks=RANKS, chunk_size=256):
+                     gallery_cameras, ranks=RANKS, chunk_size=256,
+                     query_frames=None, gallery_frames=None,
+                     min_frame_gap=None):
     """CMC and mAP with the Market-1501 / MARS evaluation-kit protocol.
 
     Parameters
@@ -183,6 +204,10 @@ def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
     ranks : tuple of int
     chunk_size : int
         Queries processed at once (bounds memory to chunk_size x G).
+    query_frames, gallery_frames, min_frame_gap
+        Given, the junk is that of :func:`junk_mask` with them: entries of
+        the query's id and camera count as good matches when at least
+        ``min_frame_gap`` frames from the query (own data, split by time).
 
     Returns
     -------
@@ -198,7 +223,6 @@ def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
     distances = np.asarray(distances)
     query_ids, gallery_ids = np.asarray(query_ids), np.asarray(gallery_ids)
     query_cameras = np.asarray(query_cameras)
-    gallery_cameras = np.asarray(gallery_cameras)
     num_gallery = distances.shape[1]
     first_hits = np.zeros(num_gallery)
     ap_sum = ap_plain_sum = inp_sum = 0.0
@@ -206,8 +230,11 @@ def evaluate_ranking(distances, query_ids, gallery_ids, query_cameras,
     for start in range(0, len(query_ids), chunk_size):
         rows = slice(start, start + chunk_size)
         same_id = gallery_ids[None, :] == query_ids[rows, None]
-        same_cam = gallery_cameras[None, :] == query_cameras[rows, None]
-        junk = (gallery_ids == -1)[None, :] | (same_id & same_cam)
+        junk = junk_mask(
+            query_ids[rows], gallery_ids, query_cameras[rows],
+            gallery_cameras, None if query_frames is None
+            else np.asarray(query_frames)[rows], gallery_frames,
+            min_frame_gap)
         hits, aps, aps_plain, inps = _rank_chunk(distances[rows],
                                                  same_id & ~junk, junk)
         first_hits += hits

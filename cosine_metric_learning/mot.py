@@ -3,7 +3,8 @@ and scoring the results.
 
 A sequence folder holds ``seqinfo.ini``, ``img1/`` (the frames),
 ``det/det.txt`` (detections) and ``gt/gt.txt`` (ground truth), in the
-layout of MOT16, MOT17 and MOT20. :func:`read_sequence` reads one;
+layout of MOT16, MOT17 and MOT20 (or ``img1/`` and ``gt/gt.txt`` alone,
+as annotation tools export MOT 1.1). :func:`read_sequence` reads one;
 :func:`detection_rows`, :func:`encode_rows` and :func:`run_tracker` track
 it with Deep SORT's association as ``deep-sort-realtime`` implements it;
 :func:`score` scores tracking results with TrackEval, MOTChallenge's
@@ -26,10 +27,11 @@ from typing import Optional
 
 import numpy as np
 from absl import logging
+from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files, preprocessing
-from cosine_metric_learning.errors import UsageError
+from cosine_metric_learning.errors import UsageError, first_line
 
 LAYOUT = ("a MOTChallenge sequence folder: seqinfo.ini, img1/, det/det.txt "
           "and gt/gt.txt")
@@ -63,6 +65,14 @@ class Sequence:
     ground_truth: Optional[np.ndarray]
 
 
+def is_sequence(folder):
+    """Whether ``folder`` is a sequence: it has ``seqinfo.ini``, or (as
+    annotation tools export MOT 1.1) ``img1/`` and ``gt/gt.txt``."""
+    return os.path.isfile(os.path.join(folder, "seqinfo.ini")) or (
+        os.path.isdir(os.path.join(folder, "img1"))
+        and os.path.isfile(os.path.join(folder, "gt", "gt.txt")))
+
+
 def find_sequences(text):
     """Sequence folders from ``--sequences``: comma-separated folders, each
     a sequence or a parent of sequences (the MOT17 ``train/`` layout)."""
@@ -71,12 +81,11 @@ def find_sequences(text):
         if not os.path.isdir(entry):
             raise UsageError(f"--sequences: '{entry}' is not a folder; "
                              f"expected {LAYOUT}, or a folder of them")
-        if os.path.isfile(os.path.join(entry, "seqinfo.ini")):
+        if is_sequence(entry):
             folders.append(entry)
             continue
         children = sorted(os.path.join(entry, n) for n in os.listdir(entry)
-                          if os.path.isfile(os.path.join(entry, n,
-                                                         "seqinfo.ini")))
+                          if is_sequence(os.path.join(entry, n)))
         if not children:
             raise UsageError(f"--sequences: '{entry}' holds no sequence; "
                              f"expected {LAYOUT}, or a folder of them")
@@ -98,9 +107,47 @@ def _read_rows(path, min_columns, what):
     return rows if rows.size else np.zeros((0, min_columns))
 
 
-def read_sequence(folder):
+def read_sequence(folder, require_detections=True):
     """The :class:`Sequence` in ``folder``; UsageError naming what is
-    missing or malformed."""
+    missing or malformed.
+
+    Without ``seqinfo.ini`` (MOT 1.1 as annotation tools export it:
+    ``img1/`` and ``gt/gt.txt``), frame ``n`` is the n-th image of
+    ``img1/`` in name order. Without ``require_detections`` a sequence
+    without ``det/det.txt`` has ``detections`` None.
+    """
+    if os.path.isfile(os.path.join(folder, "seqinfo.ini")) or not \
+            is_sequence(folder):
+        name, image_dir, num_frames, image_shape, frame_paths = \
+            _read_sequence_info(folder)
+    else:
+        name, image_dir, num_frames, image_shape, frame_paths = \
+            _list_frames(folder)
+    det_path = os.path.join(folder, "det", "det.txt")
+    detections = None
+    if os.path.isfile(det_path):
+        detections = _read_rows(det_path, 7, "detection file")
+        missing = sorted({int(f) for f in detections[:, 0]
+                          if not 1 <= f <= num_frames
+                          or not os.path.isfile(frame_paths[int(f) - 1])})
+        if missing:
+            raise UsageError(
+                f"sequence {name}: {len(missing)} frames listed in "
+                f"'{det_path}' are missing from '{image_dir}' (e.g. frame "
+                f"{missing[0]})")
+    elif require_detections:
+        raise UsageError(f"sequence {name}: no '{det_path}'; expected "
+                         f"{LAYOUT}")
+    gt_path = os.path.join(folder, "gt", "gt.txt")
+    ground_truth = (_read_rows(gt_path, 6, "ground-truth file")
+                    if os.path.isfile(gt_path) else None)
+    return Sequence(name, folder, num_frames, image_shape, frame_paths,
+                    detections, ground_truth)
+
+
+def _read_sequence_info(folder):
+    """Name, frame folder, length, frame shape and frame paths from
+    ``seqinfo.ini``."""
     info_path = os.path.join(folder, "seqinfo.ini")
     info = configparser.ConfigParser()
     if not info.read(info_path) or "Sequence" not in info:
@@ -125,23 +172,27 @@ def read_sequence(folder):
                          "frame size)") from None
     frame_paths = [os.path.join(image_dir, f"{i:06d}{extension}")
                    for i in range(1, num_frames + 1)]
-    det_path = os.path.join(folder, "det", "det.txt")
-    if not os.path.isfile(det_path):
-        raise UsageError(f"sequence {name}: no '{det_path}'; expected "
-                         f"{LAYOUT}")
-    detections = _read_rows(det_path, 7, "detection file")
-    missing = sorted({int(f) for f in detections[:, 0]
-                      if not 1 <= f <= num_frames
-                      or not os.path.isfile(frame_paths[int(f) - 1])})
-    if missing:
-        raise UsageError(
-            f"sequence {name}: {len(missing)} frames listed in '{det_path}' "
-            f"are missing from '{image_dir}' (e.g. frame {missing[0]})")
-    gt_path = os.path.join(folder, "gt", "gt.txt")
-    ground_truth = (_read_rows(gt_path, 6, "ground-truth file")
-                    if os.path.isfile(gt_path) else None)
-    return Sequence(name, folder, num_frames, image_shape, frame_paths,
-                    detections, ground_truth)
+    return name, image_dir, num_frames, image_shape, frame_paths
+
+
+def _list_frames(folder):
+    """The same for a folder without ``seqinfo.ini``: the images of
+    ``img1/`` in name order, the frame shape read from the first."""
+    name = os.path.basename(os.path.normpath(folder))
+    image_dir = os.path.join(folder, "img1")
+    frame_paths = sorted(
+        os.path.join(image_dir, n) for n in os.listdir(image_dir)
+        if n.lower().endswith(preprocessing.IMAGE_EXTENSIONS))
+    if not frame_paths:
+        raise UsageError(f"sequence {name}: no images in '{image_dir}'; "
+                         f"expected {LAYOUT}")
+    try:
+        with Image.open(frame_paths[0]) as image:
+            width, height = image.size
+    except OSError as e:
+        raise UsageError(f"cannot read frame '{frame_paths[0]}': "
+                         f"{first_line(e)}") from e
+    return name, image_dir, len(frame_paths), (height, width, 3), frame_paths
 
 
 def _is_results_file(path):
@@ -278,6 +329,9 @@ def detection_rows(sequence, source, min_confidence, nms_max_overlap):
             rows = rows[(rows[:, 6] != 0) & (rows[:, 7] == 1)]
         rows[:, 6] = 1.0
         return rows[:, :7]
+    if sequence.detections is None:
+        raise UsageError(f"--detections=det: sequence {sequence.name} has "
+                         "no det/det.txt")
     rows = sequence.detections[sequence.detections[:, 6] >= min_confidence]
     kept = []
     for frame in np.unique(rows[:, 0]):

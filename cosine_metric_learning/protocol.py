@@ -67,15 +67,14 @@ def evaluate_split(split, features, rerank_parameters=None):
     query = features_lib.pool_groups(features, split.query_groups)
     gallery = features_lib.pool_groups(features, split.gallery_groups)
     distances = metrics.distance_matrix(query, gallery, tf.float64)
-    labels = (split.query_ids, split.gallery_ids, split.query_cameras,
-              split.gallery_cameras)
-    result = metrics.evaluate_ranking(distances, *labels)
+    labels = split.ranking_labels()
+    result = metrics.evaluate_ranking(distances, **labels)
     result.update(tracker_gate(distances, split.query_ids,
                                split.gallery_ids))
     if rerank_parameters is not None:
         k1, k2, lambda_value = rerank_parameters
         reranked = metrics.evaluate_ranking(rerank.k_reciprocal(
-            query, gallery, k1, k2, lambda_value), *labels)
+            query, gallery, k1, k2, lambda_value), **labels)
         result["rerank"] = {key: reranked[key] for key in RERANK_KEYS}
         result["rerank"].update(k1=k1, k2=k2, **{"lambda": lambda_value})
     return result, distances
@@ -170,14 +169,13 @@ def draw_rank_image(path, split, distances, num_queries=8, top=10, seed=0):
     """A PNG of fixed queries and their ``top`` nearest gallery entries
     (junk removed), matches framed green and non-matches red."""
     rows = []
-    for q in pictures.fixed_sample(len(split.query_groups), num_queries,
-                                   seed):
-        q_id, q_cam = split.query_ids[q], split.query_cameras[q]
-        junk = (split.gallery_ids == -1) | (
-            (split.gallery_ids == q_id) & (split.gallery_cameras == q_cam))
+    queries = pictures.fixed_sample(len(split.query_groups), num_queries,
+                                    seed)
+    for q, junk in zip(queries, metrics.junk_mask(
+            **split.ranking_labels(queries))):
         rows.append((split.filenames[split.query_groups[q][0]], [
             (split.filenames[split.gallery_groups[g][0]],
-             split.gallery_ids[g] == q_id)
+             split.gallery_ids[g] == split.query_ids[q])
             for g in pictures.nearest(distances[q], junk, top)]))
     canvas = pictures.ranked_retrieval(rows)
     info = PngImagePlugin.PngInfo()

@@ -446,6 +446,8 @@ def main(argv=None):
     parser.add_argument("--num_test_ids", type=int, default=None,
                         help="default: 100 (market1501), 30 (mars)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--name", default="SYNTH-01",
+                        help="--layout=mot: the sequence's name (its folder)")
     args = parser.parse_args(argv)
     sizes = {k: v for k, v in (("num_train_ids", args.num_train_ids),
                                ("num_test_ids", args.num_test_ids))
@@ -454,7 +456,7 @@ def main(argv=None):
         if value < 2:
             parser.error(f"--{key}={value}: expected at least 2")
     if args.layout == "mot":
-        write_mot_sequence(args.output_dir, seed=args.seed)
+        write_mot_sequence(args.output_dir, seed=args.seed, name=args.name)
     elif args.layout == "identity_folders":
         write_identity_folders(args.output_dir, seed=args.seed,
                                num_ids=sizes.get("num_train_ids", 60))

@@ -108,7 +108,12 @@ class TestSplit:
     query_ids, query_cameras, gallery_ids, gallery_cameras : int ndarray
     exports : dict
         ``.mat`` file name -> indices into ``filenames``, in the order the
-        dataset's official evaluation kit reads them.
+        dataset's official evaluation kit reads them (empty: no kit).
+    query_frames, gallery_frames : int ndarray or None
+    min_frame_gap : int or None
+        Own data: entries of the query's identity and camera are good
+        matches from ``min_frame_gap`` frames away, junk nearer
+        (``metrics.junk_mask``); None: the kits' rule (all junk).
     """
     filenames: np.ndarray
     query_groups: list
@@ -118,3 +123,22 @@ class TestSplit:
     gallery_ids: np.ndarray
     gallery_cameras: np.ndarray
     exports: dict
+    query_frames: Optional[np.ndarray] = None
+    gallery_frames: Optional[np.ndarray] = None
+    min_frame_gap: Optional[int] = None
+
+    def ranking_labels(self, queries=None):
+        """What ``metrics.evaluate_ranking`` and ``metrics.junk_mask``
+        take besides the distances, as keywords; of the ``queries`` (an
+        index array) only, if given."""
+        labels = {"query_ids": self.query_ids,
+                  "query_cameras": self.query_cameras,
+                  "query_frames": self.query_frames}
+        if queries is not None:
+            labels = {name: None if value is None
+                      else np.asarray(value)[queries]
+                      for name, value in labels.items()}
+        return {**labels, "gallery_ids": self.gallery_ids,
+                "gallery_cameras": self.gallery_cameras,
+                "gallery_frames": self.gallery_frames,
+                "min_frame_gap": self.min_frame_gap}

@@ -49,13 +49,24 @@ def restored_encoder(checkpoint):
     return encoder
 
 
-def kit_reference(distances, q_ids, g_ids, q_cams, g_cams, ranks):
-    """A straightforward per-query loop after the Market-1501 kit."""
+def kit_reference(distances, q_ids, g_ids, q_cams, g_cams, ranks,
+                  q_frames=None, g_frames=None, min_frame_gap=None):
+    """A straightforward per-query loop after the Market-1501 kit; with
+    frames, an entry of the query's id and camera is junk only when fewer
+    than ``min_frame_gap`` frames from the query."""
+    def is_junk(q, g):
+        if g_ids[g] == -1:
+            return True
+        if g_ids[g] != q_ids[q] or g_cams[g] != q_cams[q]:
+            return False
+        return min_frame_gap is None or abs(
+            int(g_frames[g]) - int(q_frames[q])) < min_frame_gap
+
     cmcs, aps, plain, inps = [], [], [], []
     for q in range(len(q_ids)):
         order = np.argsort(distances[q], kind="stable")
         good = [g for g in order if g_ids[g] == q_ids[q]
-                and g_cams[g] != q_cams[q] and g_ids[g] != -1]
+                and not is_junk(q, g)]
         if not good:
             continue
         ngood, hits, j, ap, ap_plain = len(good), 0, 0, 0.0, 0.0
@@ -63,8 +74,7 @@ def kit_reference(distances, q_ids, g_ids, q_cams, g_cams, ranks):
         cmc = np.zeros(len(order))
         found = False
         for g in order:
-            if g_ids[g] == -1 or (g_ids[g] == q_ids[q]
-                                  and g_cams[g] == q_cams[q]):
+            if is_junk(q, g):
                 continue
             is_good = g in good
             if is_good and not found:

@@ -1,0 +1,344 @@
+"""Tracking annotations to a re-identification training set.
+
+    python -m cosine_metric_learning.datasets.mot \
+        --sequences=./MOT17/train --output_dir=./my_people/
+
+Every kept ground-truth box of each MOTChallenge sequence (MOT16/17/20,
+or ``img1/`` and ``gt/gt.txt`` as annotation tools export MOT 1.1) is cut
+from its frame into ``OUT/<sequence>_<track id>/<frame>.jpg``: one folder
+per track, the frame number in the name, the layout ``train_custom.py``
+reads (a track is an identity; each sequence is its own camera, so a
+person seen in two sequences is two identities unless their folders are
+merged).
+
+A box is kept when its numbers are finite and its size positive, its row
+is marked to be considered, its class is in ``--classes``, its visibility
+is at least ``--min_visibility``, it is not entirely outside the frame,
+its part inside the frame (boxes are clipped to it) is at least
+``--min_height`` pixels tall, its frame is in ``img1/``, and at least
+``--frame_stride`` frames passed since the track's previous kept box.
+Tracks left with fewer than two crops are skipped. Each box is counted
+under the first reason that drops it; the counts, the filters and the
+sources are printed and written to ``OUT/manifest.json``.
+
+The output folder is written whole or not at all (Ctrl-C leaves nothing);
+an existing one is replaced only if it is empty or an earlier output of
+this command.
+"""
+
+import collections
+import json
+import math
+import os
+import time
+
+import numpy as np
+from absl import app, flags, logging
+from PIL import Image
+
+from cosine_metric_learning import files, mot
+from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning.errors import parse_flags, report_errors
+
+# MOT17's pedestrian class; gt.txt's columns
+PEDESTRIAN = 1
+COLUMNS = ("frame, id, left, top, width, height, considered, class, "
+           "visibility")
+NUM_COLUMNS = 9
+DEFAULTS = {"classes": (PEDESTRIAN,), "min_visibility": 0.25,
+            "min_height": 32, "frame_stride": 1}
+JPEG_QUALITY = 95
+MANIFEST = "manifest.json"
+# the reasons a box is dropped, in the order they are tested
+REASONS = collections.OrderedDict([
+    ("not_a_number", "a coordinate is not a number"),
+    ("empty", "zero or negative width or height"),
+    ("not_considered", "marked not to be considered"),
+    ("class", "a class not in --classes"),
+    ("visibility", "visibility below --min_visibility"),
+    ("outside", "entirely outside the frame"),
+    ("height", "shorter than --min_height inside the frame"),
+    ("frame_missing", "its frame is missing from img1/"),
+    ("stride", "within --frame_stride frames of the track's previous crop"),
+    ("single", "its track has a single crop left"),
+])
+
+
+def _is_own_output(path):
+    names = set(os.listdir(path))
+    if not names:
+        return True
+    with open(os.path.join(path, MANIFEST)) as f:
+        manifest = json.load(f)
+    return names <= {MANIFEST, *manifest["identities"]}
+
+
+OUTPUT = files.Kind("an empty folder or crops written by this command "
+                    f"(identity folders and its {MANIFEST})",
+                    _is_own_output, is_dir=True)
+
+
+def select_boxes(rows, frame_shape, frame_exists, classes=DEFAULTS["classes"],
+                 min_visibility=DEFAULTS["min_visibility"],
+                 min_height=DEFAULTS["min_height"],
+                 frame_stride=DEFAULTS["frame_stride"]):
+    """Which ground-truth boxes become crops.
+
+    Parameters
+    ----------
+    rows : ndarray (N, >= 9)
+        ``gt.txt``'s rows (see :data:`COLUMNS`).
+    frame_shape : (height, width, ...)
+    frame_exists : callable
+        ``frame_exists(frame number)``: whether ``img1/`` has the frame.
+    classes : tuple of int or None
+        None keeps every class.
+
+    Returns
+    -------
+    (crops, counts)
+        ``crops``: ``(row index, track id, frame, (left, top, right,
+        bottom))`` of every kept box, the pixel rectangle clipped to the
+        frame; ``counts``: boxes dropped for each of :data:`REASONS`.
+    """
+    rows = np.asarray(rows, np.float64)
+    height, width = frame_shape[:2]
+    counts = dict.fromkeys(REASONS, 0)
+    candidates = collections.defaultdict(list)  # track -> [(frame, i, box)]
+    for i, row in enumerate(rows):
+        frame, track, left, top, box_w, box_h, considered, label, \
+            visibility = row[:NUM_COLUMNS]
+        box = None
+        if not np.all(np.isfinite(row[:NUM_COLUMNS])):
+            reason = "not_a_number"
+        elif box_w <= 0 or box_h <= 0:
+            reason = "empty"
+        elif considered == 0:
+            reason = "not_considered"
+        elif classes is not None and int(label) not in classes:
+            reason = "class"
+        elif visibility < min_visibility:
+            reason = "visibility"
+        else:
+            box = (max(0, round(left)), max(0, round(top)),
+                   min(width, round(left + box_w)),
+                   min(height, round(top + box_h)))
+            if box[2] <= box[0] or box[3] <= box[1]:
+                reason = "outside"
+            elif box[3] - box[1] < min_height:
+                reason = "height"
+            elif not frame_exists(int(frame)):
+                reason = "frame_missing"
+            else:
+                reason = None
+        if reason:
+            counts[reason] += 1
+        else:
+            candidates[int(track)].append((int(frame), i, box))
+    crops = []
+    for track in sorted(candidates):
+        kept, last = [], None
+        for frame, i, box in sorted(candidates[track]):
+            if last is not None and frame - last < frame_stride:
+                counts["stride"] += 1
+                continue
+            kept.append((i, track, frame, box))
+            last = frame
+        if len(kept) < 2:
+            counts["single"] += len(kept)
+        else:
+            crops.extend(kept)
+    return crops, counts
+
+
+def _check_rows(sequence):
+    rows = sequence.ground_truth
+    if rows is None:
+        raise UsageError(f"sequence {sequence.name}: no gt/gt.txt; the "
+                         "crops are cut from the ground truth")
+    if len(rows) and rows.shape[1] < NUM_COLUMNS:
+        raise UsageError(
+            f"sequence {sequence.name}: gt/gt.txt has {rows.shape[1]} "
+            f"columns; expected {NUM_COLUMNS} ({COLUMNS}), as MOT16, MOT17, "
+            "MOT20 and MOT 1.1 write them")
+    return rows
+
+
+def _write_crops(sequence, crops, output_dir, progress_secs=10.0):
+    """Cut ``crops`` from the sequence's frames (each frame read once)."""
+    by_frame = collections.defaultdict(list)
+    for _, track, frame, box in crops:
+        by_frame[frame].append((track, box))
+    start = last = time.time()
+    for n, frame in enumerate(sorted(by_frame)):
+        path = sequence.frame_paths[frame - 1]
+        try:
+            with Image.open(path) as image:
+                image = image.convert("RGB")
+        except OSError as e:
+            raise UsageError(f"cannot read frame '{path}': "
+                             f"{first_line(e)}") from e
+        for track, box in by_frame[frame]:
+            folder = os.path.join(output_dir, identity_name(sequence.name,
+                                                            track))
+            os.makedirs(folder, exist_ok=True)
+            image.crop(box).save(os.path.join(folder, f"{frame:06d}.jpg"),
+                                 quality=JPEG_QUALITY)
+        if time.time() - last >= progress_secs:
+            last = time.time()
+            logging.info("%s: cut frame %d/%d (%.1f frames/s)",
+                         sequence.name, n + 1, len(by_frame),
+                         (n + 1) / (last - start))
+
+
+def identity_name(sequence_name, track):
+    """The folder of a track: ``<sequence>_<track id>``."""
+    return f"{sequence_name}_{track}"
+
+
+def convert(sequence_folders, output_dir, **filters):
+    """Cut the kept boxes of the sequences into ``output_dir`` (see the
+    module's docstring); ``filters`` are :func:`select_boxes`' keywords.
+
+    Returns
+    -------
+    dict
+        The manifest: ``sources``, ``filters``, ``counts`` (``kept`` and
+        each of :data:`REASONS`, over every sequence), ``identities``
+        (folder name -> number of crops).
+    """
+    filters = {**DEFAULTS, **filters}
+    files.check_output(output_dir, OUTPUT)  # before reading anything
+    sequences = [mot.read_sequence(f, require_detections=False)
+                 for f in sequence_folders]
+    names = [s.name for s in sequences]
+    repeated = {n for n in names if names.count(n) > 1}
+    if repeated:
+        raise UsageError(f"--sequences: two sequences are named "
+                         f"{sorted(repeated)[0]}; their crops would share "
+                         "folders")
+    manifest = {"sources": [], "filters": {
+        k: (list(v) if isinstance(v, tuple) else v)
+        for k, v in filters.items()},
+        "counts": dict.fromkeys(["kept", *REASONS], 0), "identities": {}}
+    selected = []
+    for sequence in sequences:
+        rows = _check_rows(sequence)
+        crops, counts = select_boxes(
+            rows, sequence.image_shape,
+            lambda frame, s=sequence: 1 <= frame <= s.num_frames
+            and os.path.isfile(s.frame_paths[frame - 1]), **filters)
+        selected.append((sequence, crops))
+        tracks = collections.Counter(track for _, track, _, _ in crops)
+        manifest["sources"].append({
+            "sequence": sequence.name, "path": os.path.abspath(sequence.path),
+            "boxes": len(rows), "kept": len(crops),
+            "identities": len(tracks), "dropped": counts})
+        manifest["counts"]["kept"] += len(crops)
+        for reason, count in counts.items():
+            manifest["counts"][reason] += count
+        for track, count in sorted(tracks.items()):
+            manifest["identities"][identity_name(sequence.name, track)] = \
+                count
+    if not manifest["identities"]:
+        raise UsageError(
+            "no track has two crops left after the filters ("
+            + _dropped_text(manifest["counts"]) + "); loosen --classes, "
+            "--min_visibility, --min_height or --frame_stride")
+
+    def write(tmp):
+        for sequence, crops in selected:
+            _write_crops(sequence, crops, tmp)
+        with open(os.path.join(tmp, MANIFEST), "w") as f:
+            json.dump(manifest, f, indent=1)
+
+    files.replace_dir_atomically(output_dir, write, OUTPUT)
+    return manifest
+
+
+def _dropped_text(counts):
+    return ", ".join(f"{counts[r]} {text}" for r, text in REASONS.items()
+                     if counts[r]) or "none dropped"
+
+
+def format_report(manifest, output_dir):
+    """What was kept and dropped, per sequence and in total."""
+    lines = []
+    for source in manifest["sources"]:
+        lines.append(f"{source['sequence']}: {source['kept']} of "
+                     f"{source['boxes']} boxes kept, "
+                     f"{source['identities']} identities")
+    counts = manifest["counts"]
+    total = sum(counts.values())
+    lines.append(f"kept {counts['kept']} of {total} boxes as "
+                 f"{len(manifest['identities'])} identities in {output_dir}")
+    for reason, text in REASONS.items():
+        lines.append(f"{counts[reason]:8d} dropped: {text}")
+    return "\n".join(lines)
+
+
+def _parse_classes(text):
+    if text.strip().lower() == "all":
+        return None
+    try:
+        classes = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise UsageError(f"--classes={text}: expected comma-separated class "
+                         "numbers (MOT17: 1 is a pedestrian) or all") \
+            from None
+    return classes
+
+
+def main(argv):
+    def run():
+        if not math.isfinite(FLAGS.min_visibility) or not \
+                0 <= FLAGS.min_visibility <= 1:
+            raise UsageError(f"--min_visibility={FLAGS.min_visibility}: "
+                             "expected a fraction from 0 to 1")
+        if FLAGS.min_height < 0:
+            raise UsageError(f"--min_height={FLAGS.min_height}: expected 0 "
+                             "or more pixels")
+        if FLAGS.frame_stride < 1:
+            raise UsageError(f"--frame_stride={FLAGS.frame_stride}: "
+                             "expected at least 1 (every frame)")
+        manifest = convert(
+            mot.find_sequences(FLAGS.sequences), FLAGS.output_dir,
+            classes=_parse_classes(FLAGS.classes),
+            min_visibility=FLAGS.min_visibility,
+            min_height=FLAGS.min_height, frame_stride=FLAGS.frame_stride)
+        print(format_report(manifest, FLAGS.output_dir))
+        return 0
+
+    return report_errors(argv, run, {})
+
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    flags.DEFINE_string("sequences", None, "Comma-separated MOTChallenge "
+                        "sequence folders (img1/ and gt/gt.txt), or parents "
+                        "of them.", required=True)
+    flags.DEFINE_string("output_dir", None, "Where the identity folders go "
+                        "(a new or empty folder, or an earlier output).",
+                        required=True)
+    flags.DEFINE_string("classes", ",".join(map(str, DEFAULTS["classes"])),
+                        "Classes to keep (gt.txt's 8th column, "
+                        "comma-separated; MOT17: 1 is a pedestrian; CVAT: "
+                        "the line of the label in labels.txt), or all.")
+    flags.DEFINE_float("min_visibility", DEFAULTS["min_visibility"],
+                       "Drop boxes less visible than this (gt.txt's 9th "
+                       "column).")
+    flags.DEFINE_integer("min_height", DEFAULTS["min_height"],
+                         "Drop boxes shorter than this many pixels inside "
+                         "the frame (the network's input is 128 tall).")
+    flags.DEFINE_integer("frame_stride", DEFAULTS["frame_stride"],
+                         "Keep a track's box only when this many frames "
+                         "passed since its previous kept one (neighbouring "
+                         "frames are near duplicates; 5 to 10 at 30 frames "
+                         "per second).")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main, flags_parser=parse_flags)

@@ -18,8 +18,9 @@ from tensorflow.core.framework import graph_pb2
 from cosine_metric_learning import checkpoints, deploy, export
 from cosine_metric_learning.errors import ArgumentError, first_line
 
-TENSORFLOW, ONNXRUNTIME, OPENVINO = "tensorflow", "onnxruntime", "openvino"
-NAMES = ("auto", TENSORFLOW, ONNXRUNTIME, OPENVINO)
+TENSORFLOW, ONNXRUNTIME, OPENVINO, LITERT = ("tensorflow", "onnxruntime",
+                                             "openvino", "litert")
+NAMES = ("auto", TENSORFLOW, ONNXRUNTIME, OPENVINO, LITERT)
 # float32 on every processor: OpenVINO's CPU plugin otherwise computes in
 # bfloat16 where the processor has it (features off by about 3e-3)
 OPENVINO_FLOAT32 = {"INFERENCE_PRECISION_HINT": "f32"}
@@ -36,15 +37,17 @@ class Backend:
 
 
 def model_format(path):
-    """``"frozen"``, ``"saved_model"``, ``"onnx"``, ``"openvino"`` or
-    ``"checkpoint"`` (a prefix or a folder of them), from the path."""
+    """``"frozen"``, ``"saved_model"``, ``"onnx"``, ``"openvino"``,
+    ``"tflite"`` or ``"checkpoint"`` (a prefix or a folder of them, or a
+    TF1 checkpoint), from the path."""
     if path is None:
         raise ArgumentError("path", path, "expected a model file or folder, "
                             "a checkpoint or a training run's folder")
     if os.path.isdir(path) and tf.saved_model.contains_saved_model(path):
         return "saved_model"
     extension = os.path.splitext(path)[1].lower()
-    formats = {".pb": "frozen", ".onnx": "onnx", ".xml": "openvino"}
+    formats = {".pb": "frozen", ".onnx": "onnx", ".xml": "openvino",
+               ".tflite": "tflite"}
     if extension in formats:
         if not os.path.isfile(path):
             raise ArgumentError("path", path, "no such file")
@@ -55,7 +58,7 @@ def model_format(path):
 # the backends that can run each format; the first is the default
 RUNS_ON = {"frozen": (TENSORFLOW,), "saved_model": (TENSORFLOW,),
            "checkpoint": (TENSORFLOW,), "onnx": (ONNXRUNTIME, OPENVINO),
-           "openvino": (OPENVINO,)}
+           "openvino": (OPENVINO,), "tflite": (LITERT,)}
 
 
 def resolve(path, backend):
@@ -87,6 +90,8 @@ def load(path, backend, image_shape=None, openvino_config=None):
         loaded = _frozen_graph(path)
     elif fmt == "saved_model":
         loaded = _saved_model(path)
+    elif fmt == "tflite":
+        loaded = _litert(path)
     elif backend == ONNXRUNTIME:
         loaded = _onnxruntime(path)
     else:
@@ -200,6 +205,34 @@ def _onnxruntime(path):
                            {export.INPUT_NAME: images})[0]
 
     return Backend(run, shape, int(feature_dim), ONNXRUNTIME, session)
+
+
+def _litert(path):
+    interpreter_lib = deploy.require("ai_edge_litert.interpreter",
+                                     f"the TFLite model {path}")
+    try:
+        interpreter = interpreter_lib.Interpreter(model_path=path)
+        runner = interpreter.get_signature_runner()
+    except (ValueError, RuntimeError) as e:
+        raise ArgumentError("path", path, "LiteRT cannot load it "
+                            f"({first_line(e)})") from e
+    inputs = runner.get_input_details()
+    outputs = runner.get_output_details()
+    if list(inputs) != [export.INPUT_NAME] or \
+            export.OUTPUT_NAME not in outputs:
+        raise ArgumentError("path", path, "expected a TFLite model whose "
+                            f"signature takes '{export.INPUT_NAME}' and "
+                            f"gives '{export.OUTPUT_NAME}', found inputs "
+                            f"{list(inputs)}")
+    details = inputs[export.INPUT_NAME]
+    shape = _check_shape(path, [int(d) for d in details["shape_signature"][
+        1:]], np.dtype(details["dtype"]).name)
+    feature_dim = int(outputs[export.OUTPUT_NAME]["shape_signature"][-1])
+
+    def run(images):
+        return runner(**{export.INPUT_NAME: images})[export.OUTPUT_NAME]
+
+    return Backend(run, shape, feature_dim, LITERT, interpreter)
 
 
 def _openvino(path, config):

@@ -7,7 +7,7 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from cosine_metric_learning import run_settings
+from cosine_metric_learning import release, run_settings
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.nets.deep_sort import network_definition
@@ -145,32 +145,57 @@ def load_encoder(path, image_shape=None):
     """The encoder of a checkpoint, with its weights.
 
     ``path`` is a checkpoint prefix or a folder of checkpoints (the latest
-    is used). The input shape is the one the run was trained at (its
-    ``run.json``, :func:`run_settings.input_shape`); ``image_shape``
-    ``(H, W, 3)``, if given, must agree with it, and is the shape for a
-    checkpoint without a run description (default 128x64).
+    is used), or a TF1 model (Deep SORT's ``mars-small128`` checkpoint or
+    ``.pb``, :mod:`release`). The network and the input shape are the
+    ones the run was trained with (its ``run.json``,
+    :func:`run_settings.input_shape`); ``image_shape`` ``(H, W, 3)``, if
+    given, must agree with it, and is the shape for a checkpoint without a
+    run description (default 128x64).
 
     Returns
     -------
     (keras.Model, str)
         The encoder and the checkpoint prefix it was loaded from.
     """
+    if release.is_tf1(path):
+        return release.load_encoder(path, image_shape), path
     prefix = resolve_checkpoint(path)
-    shape = run_settings.input_shape(run_settings.describe(prefix),
-                                     image_shape)
-    encoder = network_definition.create_encoder(shape)
+    run = run_settings.describe(prefix)
+    shape = run_settings.input_shape(run, image_shape)
+    encoder = network_definition.create_encoder(
+        shape, network=run.network if run else run_settings.NETWORK)
     restore(prefix, encoder=encoder)
     return encoder, prefix
 
 
+def network_of(path):
+    """The network of the model at ``path``: a TF1 model's (recognised
+    from its variables), a run's (its run.json), else the paper's."""
+    if release.is_tf1(path):
+        return release.network_name(release.read_values(path))
+    run = run_settings.describe(path) if path else None
+    return run.network if run else run_settings.NETWORK
+
+
 def warm_start(model, path, restore_classifier):
     """Initialise a new run's encoder (and classifier) from a checkpoint
-    (``path``: a prefix or a folder of checkpoints)."""
-    path = resolve_checkpoint(path)
+    (``path``: a prefix or a folder of checkpoints, or a TF1 model)."""
     objects = {"encoder": model.encoder}
     if restore_classifier and model.classifier is not None:
         objects["classifier"] = model.classifier
-    restore(path, **objects)
+    if release.is_tf1(path):
+        try:
+            release.assign(release.read_values(path), path, **objects)
+        except UsageError as e:
+            if "classifier" in objects and "ball/mean_vectors" in str(e):
+                raise UsageError(
+                    f"{e}; the classifier's classes are the model's "
+                    "training identities: --norestore_classifier fine-tunes "
+                    "on others") from e
+            raise
+    else:
+        path = resolve_checkpoint(path)
+        restore(path, **objects)
     logging.info("Initialised %s from %s", " and ".join(objects), path)
 
 

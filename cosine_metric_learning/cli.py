@@ -20,7 +20,7 @@ import typing
 from absl import app, flags
 
 from cosine_metric_learning import checkpoints, deploy, evaluator, export
-from cosine_metric_learning import files, kit_features, protocol
+from cosine_metric_learning import files, kit_features, protocol, release
 from cosine_metric_learning import run_settings, settings, training
 from cosine_metric_learning.errors import UsageError, parse_flags
 from cosine_metric_learning.errors import report_errors
@@ -38,6 +38,7 @@ class Mode(enum.Enum):
     SAVED_MODEL = "saved_model"
     ONNX = "onnx"
     OPENVINO = "openvino"
+    TFLITE = "tflite"
 
 
 # mode -> (writer(encoder, output, image_shape, **options), check(output),
@@ -55,10 +56,13 @@ EXPORTERS = {
                 "{name}{int8}.onnx"),
     Mode.OPENVINO: (deploy.write_openvino, deploy.check_openvino_output,
                     "{name}{int8}.xml"),
+    Mode.TFLITE: (deploy.write_tflite, deploy.check_tflite_output,
+                  "{name}{int8}.tflite"),
 }
 
 # the modes that take --int8, and the package that quantises
-INT8_QUANTISERS = {Mode.ONNX: "onnxruntime", Mode.OPENVINO: "nncf"}
+INT8_QUANTISERS = {Mode.ONNX: "onnxruntime", Mode.OPENVINO: "nncf",
+                   Mode.TFLITE: "tensorflow"}
 
 
 # the settings of each mode
@@ -139,9 +143,19 @@ def config_from_flags(config_class):
 def _train(dataset, config, image_shape):
     run = run_settings.describe(config.run_dir) if os.path.isdir(
         config.run_dir) else None
-    if run is not None and image_shape is None:
+    if run is not None:
         # continuing a run: its input shape need not be repeated
-        dataset = dataclasses.replace(dataset, image_shape=run.image_shape)
+        dataset = dataclasses.replace(
+            dataset, network=run.network,
+            image_shape=run.image_shape if image_shape is None
+            else dataset.image_shape)
+    elif config.restore_path:
+        # a new run trains the network of the model it starts from
+        dataset = dataclasses.replace(
+            dataset, network=checkpoints.network_of(config.restore_path))
+        if release.is_tf1(config.restore_path):
+            dataset = dataclasses.replace(dataset, image_shape=(
+                release.input_shape(config.restore_path, image_shape)))
     result = training.train(dataset, config)
     if result.signal is not None:
         print(f"Stopped by {signal.Signals(result.signal).name} at step "
@@ -191,8 +205,8 @@ def _export_model(mode):
     def run(dataset, config, image_shape):
         if config.int8 and mode not in INT8_QUANTISERS:
             raise UsageError(f"--int8 with --mode={mode.value}: int8 "
-                             "models are written by --mode=onnx and "
-                             "--mode=openvino")
+                             "models are written by --mode=onnx, "
+                             "--mode=openvino and --mode=tflite")
         output = config.output or default.format(
             name=dataset.name, int8="_int8" if config.int8 else "")
         check(output)  # before the work: a bad path fails at once

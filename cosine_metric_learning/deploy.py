@@ -1,5 +1,5 @@
-"""Exports for the runtimes trackers load today: ONNX and OpenVINO IR,
-float32 or int8.
+"""Exports for the runtimes trackers load today: ONNX, OpenVINO IR and
+TFLite, float32 or int8.
 
 Both keep the frozen graph's contract: input ``images``, uint8 BGR
 ``(N, H, W, 3)`` with a dynamic batch; output ``features``, float32
@@ -14,6 +14,12 @@ Both int8 models keep their weights in 7 bits, so that the 16-bit sums of
 x86 processors without VNNI cannot saturate, and end in a float
 normalisation after the quantised part, so their features are unit-length
 as the float models' are.
+
+The TFLite model is converted by TensorFlow's own converter from the
+same frozen function; ``--int8`` is its full-integer post-training
+quantisation (int8 kernels from the input's cast to fc1), calibrated
+likewise, the final L2 normalisation kept in float. It runs on LiteRT
+(``ai-edge-litert``), TensorFlow's interpreter being deprecated.
 
 The converters and runtimes are the optional ``deploy`` dependencies;
 :func:`require` says how to install them when they are missing.
@@ -262,6 +268,90 @@ def normalise_openvino_output(model):
     normalised.output(0).get_tensor().set_names(set(names))
     model.validate_nodes_and_infer_types()
     return model
+
+
+def _is_tflite_encoder(path):
+    from tensorflow.lite.tools import flatbuffer_utils
+    with open(path, "rb") as f:
+        content = f.read()
+    if content[4:8] != b"TFL3":
+        return False
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
+    return any([t.name for t in signature.inputs] == [
+        export.INPUT_NAME.encode()] for signature in model.signatureDefs)
+
+
+TFLITE_MODEL = files.Kind(f"a TFLite encoder ('{export.INPUT_NAME}' -> "
+                          f"'{export.OUTPUT_NAME}')", _is_tflite_encoder)
+
+
+def check_tflite_output(path):
+    """UsageError unless ``path`` can be written as a TFLite encoder."""
+    if not path.endswith(".tflite"):
+        raise UsageError(f"--output={path}: expected a file name ending in "
+                         ".tflite")
+    return files.check_output(path, TFLITE_MODEL)
+
+
+def tflite_model(encoder, image_shape, calibration=None):
+    """The encoder as a TFLite flatbuffer (bytes): signature
+    ``serving_default``, input ``images`` uint8 BGR ``(N, H, W, 3)`` (N
+    dynamic), output ``features`` float32, L2-normalised.
+
+    With ``calibration`` (uint8 BGR patches) full-integer post-training
+    quantisation: int8 kernels where TFLite has them, calibrated one
+    patch at a time, the L2 normalisation left in float (an int8 one
+    rounds the norms to about 1e-2).
+    """
+    from tensorflow.lite.tools import flatbuffer_utils
+    from tensorflow.python.framework import convert_to_constants
+    # the variables folded: the converter's own freezing leaves Keras 3's
+    # variables as uninitialised resources
+    frozen = convert_to_constants.convert_variables_to_constants_v2(
+        export.inference_function(encoder, image_shape)
+        .get_concrete_function())
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [frozen], tf.Module())
+    if calibration is None:
+        content = converter.convert()
+    else:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_ops = [
+            tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
+            tf.lite.OpsSet.TFLITE_BUILTINS]
+
+        def patches():
+            return ([patch[None]] for patch in calibration)
+
+        converter.representative_dataset = patches
+        debugger = tf.lite.experimental.QuantizationDebugger(
+            converter=converter,
+            debug_dataset=lambda: ({export.INPUT_NAME: p}
+                                   for [p] in patches()),
+            debug_options=tf.lite.experimental.QuantizationDebugOptions(
+                denylisted_ops=["L2_NORMALIZATION"]))
+        content = debugger.get_nondebug_quantized_model()
+    # the converter names the signature's tensors after the function's
+    # internals (serving_default_images:0, output_0): give them the
+    # frozen graph's names
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
+    graph, signature = model.subgraphs[0], model.signatureDefs[0]
+    for ends, name in ((signature.inputs, export.INPUT_NAME),
+                       (signature.outputs, export.OUTPUT_NAME)):
+        for end in ends:
+            end.name = graph.tensors[end.tensorIndex].name = name.encode()
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+def write_tflite(encoder, path, image_shape, calibration=None):
+    """Write the TFLite encoder (:func:`tflite_model`) to ``path``."""
+    check_tflite_output(path)
+    content = tflite_model(encoder, image_shape, calibration)
+    files.write_atomically(path, lambda f: f.write(content), TFLITE_MODEL,
+                           binary=True)
+    logging.info("Wrote %s (%s)", path,
+                 "int8" if calibration is not None else "float32")
+    return path
 
 
 def calibration_patches(filenames, count, image_shape):

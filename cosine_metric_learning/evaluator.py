@@ -136,9 +136,12 @@ class _Evaluator:
         """The encoder at the run's input shape (its run.json is written
         before its first checkpoint); an image_shape that contradicts it
         is raised."""
-        self.image_shape = run_settings.input_shape(
-            run_settings.describe(self.run_dir), self.requested_shape)
-        self.encoder = network_definition.create_encoder(self.image_shape)
+        run = run_settings.describe(self.run_dir)
+        self.image_shape = run_settings.input_shape(run,
+                                                    self.requested_shape)
+        self.encoder = network_definition.create_encoder(
+            self.image_shape,
+            network=run.network if run else run_settings.NETWORK)
         self.encode = features.make_encode_fn(
             self.encoder, self.image_shape, self.config.batch_size)
         # the same network as a tracker's encoder of uint8 BGR patches

@@ -63,11 +63,13 @@ def create_model(dataset, loss_mode, mixed_precision="none",
     float32 weights; the features and the classifier stay float32.
     """
     with dtype_policy(MIXED_PRECISION_POLICIES[mixed_precision]):
-        encoder = network_definition.create_encoder(dataset.image_shape)
+        encoder = network_definition.create_encoder(
+            dataset.image_shape, network=dataset.network)
         classifier = None
         if losses.get(loss_mode).needs_classifier:
             classifier = network_definition.create_classifier(
-                dataset.num_classes, initial_scale=initial_logit_scale)
+                dataset.num_classes, initial_scale=initial_logit_scale,
+                network=dataset.network)
         activations = network_definition.create_activation_model(encoder)
     return TrainingModel(encoder, activations, classifier)
 
@@ -111,8 +113,9 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False):
                 logits = model.classifier(features, training=True)
             terms, metrics = losses.compute_all(labels, features, logits)
             if model.classifier is not None:
-                metrics["scale"] = tf.nn.softplus(
-                    model.classifier.get_layer("ball").scale)
+                # the mean where the network has a scale per class
+                metrics["scale"] = tf.reduce_mean(tf.nn.softplus(
+                    model.classifier.get_layer("ball").scale))
             weight_loss = tf.cast(model.weight_loss(), tf.float32)
             total = terms[trained] + weight_loss
             # replicas' gradients are summed: each contributes its share

@@ -40,11 +40,11 @@ class Run:
     labels: Optional[Tuple[str, ...]] = None  # custom data: name per label
 
 
-def settings(dataset_name, loss_mode, image_shape):
+def settings(dataset_name, loss_mode, image_shape, network=NETWORK):
     """The settings to record, as JSON values."""
     return {"dataset": dataset_name, "loss_mode": loss_mode,
             "image_shape": [int(d) for d in image_shape],
-            "network": NETWORK}
+            "network": network}
 
 
 def read(run_dir):

@@ -101,9 +101,11 @@ class Config(BatchConfig):
     restore_path: Optional[str] = setting(
         None, "train: a checkpoint (or a run's folder) to initialise from; "
         "eval: unused; test: a checkpoint, a run's folder or an exported "
-        "model (.pb, SavedModel, .onnx, .xml) to measure; export, freeze, "
-        "finalize, saved_model, onnx, openvino: the checkpoint or run "
-        "folder to export (default: the latest of --run_id).")
+        "model (.pb, SavedModel, .onnx, .xml, .tflite) to measure; export, "
+        "freeze, finalize, saved_model, onnx, openvino, tflite: the "
+        "checkpoint or run folder to export (default: the latest of "
+        "--run_id). Every mode also takes Deep SORT's published model: "
+        "mars-small128.ckpt-68577 (its TF1 checkpoint) or mars-small128.pb.")
 
     @property
     def run_dir(self):
@@ -232,7 +234,8 @@ class BackendConfig(_Validated):
     backend: str = setting(
         "auto", "test, export, encode: the runtime of an exported model: "
         "auto (tensorflow for TensorFlow formats, onnxruntime for .onnx, "
-        "openvino for .xml), or onnxruntime or openvino for .onnx.",
+        "openvino for .xml, litert for .tflite), or onnxruntime or "
+        "openvino for .onnx.",
         _one_of(backends.NAMES))
 
 
@@ -270,7 +273,7 @@ class TestConfig(BackendConfig, Config):
 @dataclasses.dataclass
 class ExportConfig(BackendConfig, Config):
     """``--mode=export`` and the model exports (freeze, finalize,
-    saved_model, onnx, openvino)."""
+    saved_model, onnx, openvino, tflite)."""
     format: str = setting(
         "kit", "export: kit (the official kits' feature files) or "
         "pytorch_result (one .mat as PyTorch re-id evaluation scripts read "
@@ -285,12 +288,13 @@ class ExportConfig(BackendConfig, Config):
         "(default <dataset>.ckpt); saved_model: the folder (default "
         "<dataset>_saved_model); onnx: the .onnx file (default "
         "<dataset>.onnx); openvino: the .xml file, the .bin goes beside it "
-        "(default <dataset>.xml).")
+        "(default <dataset>.xml); tflite: the .tflite file (default "
+        "<dataset>.tflite).")
     int8: bool = setting(
-        False, "onnx, openvino: quantise to int8 (ONNX Runtime's static "
-        "quantisation, NNCF), calibrated on training images of "
-        "--dataset_dir (default output <dataset>_int8.onnx, "
-        "<dataset>_int8.xml).")
+        False, "onnx, openvino, tflite: quantise to int8 (ONNX Runtime's "
+        "static quantisation, NNCF, TFLite's full-integer quantisation), "
+        "calibrated on training images of --dataset_dir (default output "
+        "<dataset>_int8.onnx, <dataset>_int8.xml, <dataset>_int8.tflite).")
     calibration_images: int = setting(
         deploy.DEFAULT_CALIBRATION_IMAGES, "--int8: how many training images to "
         "calibrate on (spread evenly over the set).", _at_least_1)

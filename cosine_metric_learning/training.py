@@ -105,7 +105,7 @@ def _continues_recorded_run(dataset, config):
     run's; UsageError if its settings or its custom data's label numbering
     differ. Writes nothing."""
     settings = run_settings.settings(dataset.name, config.loss_mode,
-                                     dataset.image_shape)
+                                     dataset.image_shape, dataset.network)
     if tf.train.get_checkpoint_state(config.run_dir) is None:
         return False
     if dataset.label_names is not None:
@@ -126,7 +126,8 @@ def prepare_run_dir(dataset, config, chief):
                          "not writable")
     if not _continues_recorded_run(dataset, config) and chief:
         run_settings.record(config.run_dir, run_settings.settings(
-            dataset.name, config.loss_mode, dataset.image_shape))
+            dataset.name, config.loss_mode, dataset.image_shape,
+            dataset.network))
     if dataset.label_names is not None:
         path = run_settings.write_label_map(config.run_dir,
                                             dataset.label_names,

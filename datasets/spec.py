@@ -26,6 +26,9 @@ class DatasetSpec:
     num_validation_galleries: int = 10
     image_shape: Tuple[int, int, int] = network_definition.IMAGE_SHAPE
     label_names: Optional[list] = None  # saved as labels.json when set
+    # the network trained (network_definition.NETWORKS): a run's own, or
+    # that of the model it starts from
+    network: str = network_definition.DEEP_SORT.name
 
 
 MARKET1501 = DatasetSpec(

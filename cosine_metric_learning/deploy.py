@@ -310,11 +310,16 @@ def tflite_model(encoder, image_shape, calibration=None):
     frozen = convert_to_constants.convert_variables_to_constants_v2(
         export.inference_function(encoder, image_shape)
         .get_concrete_function())
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [frozen], tf.Module())
-    if calibration is None:
-        content = converter.convert()
-    else:
+
+    def converter():
+        return tf.lite.TFLiteConverter.from_concrete_functions(
+            [frozen], tf.Module())
+
+    content = converter().convert()
+    if calibration is not None:
+        # the ops of the normalisation, named in the float model
+        normalisation = _ops_after(content, ("fc1_elu", "ball_bn"))
+        converter = converter()
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_ops = [
             tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
@@ -329,7 +334,7 @@ def tflite_model(encoder, image_shape, calibration=None):
             debug_dataset=lambda: ({export.INPUT_NAME: p}
                                    for [p] in patches()),
             debug_options=tf.lite.experimental.QuantizationDebugOptions(
-                denylisted_ops=["L2_NORMALIZATION"]))
+                denylisted_nodes=normalisation))
         content = debugger.get_nondebug_quantized_model()
     # the converter names the signature's tensors after the function's
     # internals (serving_default_images:0, output_0): give them the
@@ -341,6 +346,19 @@ def tflite_model(encoder, image_shape, calibration=None):
         for end in ends:
             end.name = graph.tensors[end.tensorIndex].name = name.encode()
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+def _ops_after(content, layers):
+    """The output tensor names of the ops of a TFLite model that come
+    after the last op of one of the Keras ``layers``."""
+    from tensorflow.lite.tools import flatbuffer_utils
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
+    graph = model.subgraphs[0]
+    names = [[graph.tensors[i].name.decode() for i in op.outputs]
+             for op in graph.operators]
+    last = max(i for i, outputs in enumerate(names) if any(
+        f"/{layer}" in name for name in outputs for layer in layers))
+    return [name for outputs in names[last + 1:] for name in outputs]
 
 
 def write_tflite(encoder, path, image_shape, calibration=None):

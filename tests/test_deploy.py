@@ -1,4 +1,4 @@
-"""ONNX and OpenVINO exports, int8, the encoder over every backend, and a
+"""ONNX, OpenVINO and TFLite exports, int8, the encoder over every backend, and a
 real tracker fed by it (the ``deploy`` extra)."""
 
 import glob
@@ -44,7 +44,7 @@ def exports(trained, tmp_path_factory):
 
 
 def test_every_backend_gives_the_keras_features(trained, exports,
-                                                market_dir):
+                                                market_dir, tmp_path):
     _, encoder = trained
     onnx, xml = exports
     crops = _crops(os.path.join(market_dir, "bounding_box_test"), 64)
@@ -65,6 +65,20 @@ def test_every_backend_gives_the_keras_features(trained, exports,
             assert features.shape == (batch, 128), (path, backend, batch)
             assert np.abs(features - expected[:batch]).max() < 1e-4, \
                 (path, backend, batch)
+    # TFLite on LiteRT: the batch is dynamic
+    tflite = deploy.write_tflite(encoder, str(tmp_path / "m.tflite"),
+                                 (128, 64, 3))
+    loaded = encoder_lib.load(tflite, batch_size=64)
+    assert loaded.backend == "litert" and loaded.image_shape == (128, 64, 3)
+    from ai_edge_litert.interpreter import Interpreter
+    runner = Interpreter(model_path=tflite).get_signature_runner()
+    inputs, outputs = runner.get_input_details(), runner.get_output_details()
+    assert list(inputs) == ["images"] and list(outputs) == ["features"]
+    assert inputs["images"]["dtype"] == np.uint8
+    assert list(inputs["images"]["shape_signature"]) == [-1, 128, 64, 3]
+    assert outputs["features"]["dtype"] == np.float32
+    for batch in (1, 7, 64, 1):
+        assert np.abs(loaded(crops[:batch]) - expected[:batch]).max() < 1e-4
 
 
 def test_exports_keep_the_frozen_graph_contract(exports):
@@ -140,8 +154,9 @@ def test_a_tracker_follows_people_with_the_embedder(exports, market_dir):
 
 @pytest.fixture(scope="module")
 def cli_exports(trained, market_dir, tmp_path_factory):
-    """``--mode=onnx``, ``--mode=onnx --int8`` and ``--mode=openvino
-    --int8`` of the trained checkpoint, written by the entry point."""
+    """``--mode=onnx``, ``--mode=onnx --int8``, ``--mode=openvino
+    --int8``, ``--mode=tflite`` and ``--mode=tflite --int8`` of the trained
+    checkpoint, written by the entry point."""
     checkpoint, _ = trained
     directory = tmp_path_factory.mktemp("cli")
     int8 = ["--int8", "--calibration_images=100",
@@ -149,7 +164,9 @@ def cli_exports(trained, market_dir, tmp_path_factory):
     outputs = []
     for mode, output, extra in (("onnx", "m.onnx", []),
                                 ("onnx", "m_int8.onnx", int8),
-                                ("openvino", "m_int8.xml", int8)):
+                                ("openvino", "m_int8.xml", int8),
+                                ("tflite", "m.tflite", []),
+                                ("tflite", "m_int8.tflite", int8)):
         result = run_script("train_market1501.py", f"--mode={mode}",
                             f"--restore_path={checkpoint}",
                             f"--output={directory / output}", *extra)
@@ -167,12 +184,13 @@ def test_int8_is_close_to_float32_and_unit_length(isa, exports, cli_exports,
     """On this processor's kernels and on the AVX2 kernels of processors
     without VNNI (where 8-bit weights saturate the 16-bit sums), in a
     process of its own: the runtimes read the cap when they start."""
-    _, int8_onnx, int8_xml = cli_exports
+    _, int8_onnx, int8_xml, tflite, int8_tflite = cli_exports
     held_out = _crops(os.path.join(market_dir, "query"), 32, seed=2)
     patches = np.concatenate([held_out, np.zeros((1, 128, 64, 3), np.uint8)])
     np.save(tmp_path / "patches.npy", patches)
     models = [f"{int8_xml}:auto", f"{int8_onnx}:auto",
-              f"{int8_onnx}:openvino", f"{exports[0]}:openvino"]
+              f"{int8_onnx}:openvino", f"{exports[0]}:openvino",
+              f"{tflite}:auto", f"{int8_tflite}:auto"]
     result = run_script("-m", "tests.helpers.int8_features", exports[1],
                         str(tmp_path / "patches.npy"), *models,
                         env=WITHOUT_VNNI if isa != "native" else None)
@@ -188,12 +206,13 @@ def test_int8_is_close_to_float32_and_unit_length(isa, exports, cli_exports,
     assert os.path.getsize(int8_xml[:-4] + ".bin") < 0.5 * os.path.getsize(
         exports[1][:-4] + ".bin")
     assert os.path.getsize(int8_onnx) < 0.5 * os.path.getsize(exports[0])
+    assert os.path.getsize(int8_tflite) < 0.5 * os.path.getsize(tflite)
 
 
 def test_test_mode_measures_the_exported_models(trained, cli_exports,
                                                 market_dir, tmp_path):
     checkpoint, _ = trained
-    onnx, int8_onnx, int8 = cli_exports
+    onnx, int8_onnx, int8, tflite, int8_tflite = cli_exports
     # in this process: the entry point passes --restore_path and --backend
     # to run_test
     numbers = {name: protocol.run_test(MARKET, model, market_dir,
@@ -203,13 +222,17 @@ def test_test_mode_measures_the_exported_models(trained, cli_exports,
                    ("onnx", onnx, "auto"),
                    ("onnx on openvino", onnx, "openvino"),
                    ("int8", int8, "auto"),
-                   ("int8 onnx", int8_onnx, "auto"))}
-    for name in ("onnx", "onnx on openvino"):
+                   ("int8 onnx", int8_onnx, "auto"),
+                   ("tflite", tflite, "auto"),
+                   ("int8 tflite", int8_tflite, "auto"))}
+    for name in ("onnx", "onnx on openvino", "tflite"):
         for key in ("rank-1", "rank-5", "mAP"):
             assert numbers[name][key] == pytest.approx(
                 numbers["checkpoint"][key], abs=1e-6), (name, key)
-    for key in ("rank-1", "mAP"):
-        assert abs(numbers["int8"][key] - numbers["checkpoint"][key]) <= 0.02
+    for name in ("int8", "int8 tflite"):
+        for key in ("rank-1", "mAP"):
+            assert abs(numbers[name][key] - numbers["checkpoint"][key]) \
+                <= 0.02, (name, key, numbers)
     # the int8 ONNX: at most one query changes its first match, mAP within
     # 3 points (20 queries, and this network's margins are small: its mAP
     # is about 2 points off with 100 calibration images; on the demo's

@@ -5,8 +5,8 @@ Deep SORT graph run in a ``tf.compat.v1.Session`` (as the tracker runs it:
 the baseline), the SavedModel, the ONNX model on ONNX Runtime in float32
 and int8, and the OpenVINO IR in float32 (latency and throughput hints),
 int8 (NNCF; and the int8 ONNX model read by OpenVINO) and bfloat16 where
-the processor has it (both int8 models calibrated on the same training
-images).
+the processor has it, and the TFLite model on LiteRT in float32 and int8
+(the int8 models calibrated on the same training images).
 Rounds alternate between the methods; medians are printed with the ratio
 to the frozen graph and the smallest cosine of each method's features to
 the Keras encoder's on real crops of the test split::
@@ -87,6 +87,10 @@ def _methods(encoder, tmp, dataset_dir, calibration_images):
                                  calibration=calibration)
     onnx_int8 = deploy.write_onnx(encoder, os.path.join(tmp, "q.onnx"),
                                   SHAPE, calibration=calibration)
+    tflite = deploy.write_tflite(encoder, os.path.join(tmp, "m.tflite"),
+                                 SHAPE)
+    tflite_int8 = deploy.write_tflite(encoder, os.path.join(tmp, "q.tflite"),
+                                      SHAPE, calibration=calibration)
     f32 = {"INFERENCE_PRECISION_HINT": "f32"}
     latency, throughput = ({"PERFORMANCE_HINT": "LATENCY"},
                            {"PERFORMANCE_HINT": "THROUGHPUT"})
@@ -105,6 +109,8 @@ def _methods(encoder, tmp, dataset_dir, calibration_images):
         "OpenVINO int8 of the int8 ONNX, latency hint": lambda:
             encoder_lib.load(onnx_int8, backend="openvino",
                              openvino_config=latency),
+        "TFLite (LiteRT)": lambda: encoder_lib.load(tflite),
+        "TFLite int8 (LiteRT)": lambda: encoder_lib.load(tflite_int8),
     }
     import openvino
     if "BF16" in openvino.Core().get_property("CPU",

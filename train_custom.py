@@ -21,10 +21,9 @@ import functools
 
 from absl import flags
 
-from cosine_metric_learning import cli, settings
+from cosine_metric_learning import cli
 from cosine_metric_learning.datasets import image_folder
 from cosine_metric_learning.datasets.spec import DatasetSpec
-from cosine_metric_learning.nets.deep_sort import network_definition
 
 DATASET = DatasetSpec(
     name="custom", num_classes=0, read_train=None,
@@ -32,7 +31,7 @@ DATASET = DatasetSpec(
 
 
 def define_flags():
-    cli.define_config_flags([settings.ShapeConfig])
+    cli.define_shape_flag()
     flags.DEFINE_enum("layout", "auto", list(image_folder.LAYOUTS),
                       "How identities are laid out in --dataset_dir.")
     flags.DEFINE_string("camera_regex", None,
@@ -47,9 +46,6 @@ def define_flags():
 
 def make_dataset(template, values):
     """The dataset as the parsed flags describe it."""
-    shape = (settings.parse_image_shape(values.image_shape)
-             if values.image_shape else network_definition.IMAGE_SHAPE)
-
     @functools.lru_cache(maxsize=None)
     def read_train(dataset_dir):
         return image_folder.read_image_folder(dataset_dir, values.layout,
@@ -64,9 +60,9 @@ def make_dataset(template, values):
     if values.mode is cli.Mode.TRAIN:
         names = read_train(values.dataset_dir).label_names
         num_classes = len(names)
-    return dataclasses.replace(template, read_train=read_train,
-                               read_test=read_test, num_classes=num_classes,
-                               label_names=names, image_shape=shape)
+    return cli.with_image_shape(dataclasses.replace(
+        template, read_train=read_train, read_test=read_test,
+        num_classes=num_classes, label_names=names), values)
 
 
 if __name__ == "__main__":

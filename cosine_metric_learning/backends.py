@@ -211,7 +211,9 @@ def _litert(path):
     interpreter_lib = deploy.require("ai_edge_litert.interpreter",
                                      f"the TFLite model {path}")
     try:
-        interpreter = interpreter_lib.Interpreter(model_path=path)
+        # every core, as the other runtimes use (LiteRT's default is one)
+        interpreter = interpreter_lib.Interpreter(
+            model_path=path, num_threads=os.cpu_count())
         runner = interpreter.get_signature_runner()
     except (ValueError, RuntimeError) as e:
         raise ArgumentError("path", path, "LiteRT cannot load it "

@@ -1,8 +1,8 @@
 """The command line of the entry points: flags, mode dispatch, one-line
 errors.
 
-``train_market1501.py``, ``train_mars.py`` and ``train_custom.py`` describe
-their dataset with a :class:`datasets.spec.DatasetSpec` and call
+``train_market1501.py``, ``train_mars.py``, ``train_veri.py`` and
+``train_custom.py`` describe their dataset with a :class:`datasets.spec.DatasetSpec` and call
 :func:`main`. Every flag is derived from a field of the modes' settings
 classes (:mod:`cosine_metric_learning.settings`); each mode is a function
 of its settings object. This module and the encode command are the only
@@ -239,6 +239,20 @@ def run_mode(dataset, mode, config, image_shape=None):
                          "standard test split; --mode=eval gives validation "
                          "numbers")
     return RUNNERS[mode](dataset, config, image_shape)
+
+
+def define_shape_flag():
+    """``--image_shape``, for the entry points whose input size is a
+    choice (``train_custom.py``, ``train_veri.py``)."""
+    define_config_flags([settings.ShapeConfig])
+
+
+def with_image_shape(dataset, values):
+    """``dataset`` at the ``--image_shape`` of the parsed flags, if given."""
+    if not values.image_shape:
+        return dataset
+    return dataclasses.replace(
+        dataset, image_shape=settings.parse_image_shape(values.image_shape))
 
 
 def main(dataset, make_dataset=None, extra_flags=None):

@@ -86,16 +86,4 @@ def read_test_protocol(dataset_dir):
         ``exports``: ``feat_test.mat`` (gallery) and ``feat_query.mat``, in
         the sorted file order the Market-1501 kit reads.
     """
-    (gallery, g_ids, g_cams), (query, q_ids, q_cams) = \
-        read_test_split_to_str(dataset_dir)
-    num_gallery = len(gallery)
-    gallery_index = np.arange(num_gallery)
-    query_index = np.arange(num_gallery, num_gallery + len(query))
-    return util.TestSplit(
-        filenames=np.asarray(gallery + query),
-        query_groups=[np.array([i]) for i in query_index],
-        query_ids=q_ids, query_cameras=q_cams,
-        gallery_groups=[np.array([i]) for i in gallery_index],
-        gallery_ids=g_ids, gallery_cameras=g_cams,
-        exports={"feat_test.mat": gallery_index,
-                 "feat_query.mat": query_index})
+    return util.image_test_split(*read_test_split_to_str(dataset_dir))

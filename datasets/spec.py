@@ -4,7 +4,7 @@ the datasets the original trains on."""
 import dataclasses
 from typing import Callable, Optional, Tuple
 
-from cosine_metric_learning.datasets import market1501, mars
+from cosine_metric_learning.datasets import market1501, mars, veri
 from cosine_metric_learning.nets.deep_sort import network_definition
 
 
@@ -47,3 +47,11 @@ MARS = DatasetSpec(
     read_test=mars.read_test_protocol,
     num_validation_galleries=20,
     default_dataset_dir="./MARS-evaluation-master/")
+
+VERI = DatasetSpec(
+    name="veri",
+    num_classes=veri.MAX_LABEL + 1,
+    read_train=veri.read_train_split_to_str,
+    read_test=veri.read_test_protocol,
+    num_validation_galleries=10,
+    default_dataset_dir="./resources/VeRi/")

@@ -1,5 +1,5 @@
-"""Synthetic re-identification data in the real Market-1501 and MARS
-layouts, identity folders, and a MOTChallenge tracking sequence.
+"""Synthetic re-identification data in the real Market-1501, MARS and
+VeRi-776 layouts, identity folders, and a MOTChallenge tracking sequence.
 
 Each identity is a stick-figure person with its own hair, skin, shirt,
 trousers and shoe colours, a shirt pattern, an optional bag and a build.
@@ -11,7 +11,7 @@ validation CMC rise within a few hundred CPU training steps.
 Usage::
 
     python -m cosine_metric_learning.datasets.synthetic \
-        --layout=market1501|mars|identity_folders|mot --output_dir=DIR
+        --layout=market1501|mars|veri|identity_folders|mot --output_dir=DIR
 """
 
 import argparse
@@ -22,7 +22,7 @@ import numpy as np
 import scipy.io
 from PIL import Image, ImageDraw
 
-from cosine_metric_learning.datasets import market1501, mars
+from cosine_metric_learning.datasets import market1501, mars, veri
 
 NUM_CAMERAS = 6
 BASE_SIZE = (64, 128)  # (width, height) of a rendered person
@@ -226,6 +226,75 @@ def write_market1501(output_dir, num_train_ids=300, num_test_ids=100,
     for d in ("bounding_box_train", "bounding_box_test"):
         with open(os.path.join(dirs[d], "Thumbs.db"), "wb") as f:
             f.write(b"\xd0\xcf\x11\xe0 not an image")
+    return output_dir
+
+
+# a synthetic vehicle's image (width, height): wider than tall, as VeRi's
+VERI_SIZE = (96, 80)
+
+
+def write_veri(output_dir, num_train_ids=40, num_test_ids=20, seed=0):
+    """Write a synthetic dataset in the VeRi-776 layout: ``image_train/``,
+    ``image_test/``, ``image_query/`` and ``name_*.txt``, files named
+    ``VVVV_cCCC_FFFFFFFF_N.jpg`` (three-digit cameras), images wider than
+    tall.
+
+    Training vehicles (ids up to 769, the original's MAX_LABEL) get 4 to 9
+    images from 2 to 4 cameras; test vehicles (other ids up to 776) get
+    gallery images from 2 to 4 cameras and one query from one of them (so
+    the gallery holds junk: the query's vehicle in its camera). Strays
+    that must be skipped: a ``Thumbs.db``, a ``readme.txt`` and a name
+    with a two-digit camera; one name has a doubled ``.jpg.jpg``.
+
+    Returns
+    -------
+    str
+        ``output_dir``.
+    """
+    rng = np.random.default_rng(seed)
+    cameras = _cameras(seed + 1)
+    train_ids = np.sort(rng.choice(np.arange(1, veri.MAX_LABEL + 1),
+                                   num_train_ids, replace=False))
+    others = np.setdiff1d(np.arange(1, 777), train_ids)
+    test_ids = np.sort(rng.choice(others, num_test_ids, replace=False))
+    vehicles = {vid: _identity(rng) for vid in np.concatenate([train_ids,
+                                                               test_ids])}
+    dirs = {name: os.path.join(output_dir, f"image_{name}")
+            for name in ("train", "test", "query")}
+    for d in dirs.values():
+        os.makedirs(d, exist_ok=True)
+    frame = iter(range(1, 10 ** 7))
+
+    def shots(vid, num_images):
+        cams = rng.choice(NUM_CAMERAS, int(rng.integers(2, 5)), replace=False)
+        cams = np.concatenate([cams, rng.choice(cams, num_images - len(cams))])
+        return [(f"{vid:04d}_c{cam + 1:03d}_{next(frame):08d}_0.jpg", cam,
+                 render(vehicles[vid], cameras[cam], rng, size=VERI_SIZE))
+                for cam in cams]
+
+    for i, vid in enumerate(train_ids):
+        for j, (name, _, image) in enumerate(shots(vid,
+                                                   int(rng.integers(4, 10)))):
+            if i == 0 and j == 0:
+                name += ".jpg"  # a doubled extension
+            _save(os.path.join(dirs["train"], name), image)
+    for vid in test_ids:
+        gallery = shots(vid, int(rng.integers(4, 8)))
+        for name, _, image in gallery:
+            _save(os.path.join(dirs["test"], name), image)
+        cam = gallery[int(rng.integers(len(gallery)))][1]
+        _save(os.path.join(dirs["query"],
+                           f"{vid:04d}_c{cam + 1:03d}_{next(frame):08d}_0.jpg"),
+              render(vehicles[vid], cameras[cam], rng, size=VERI_SIZE))
+    for split, directory in dirs.items():
+        with open(os.path.join(output_dir, f"name_{split}.txt"), "w") as f:
+            f.writelines(n + "\n" for n in sorted(os.listdir(directory)))
+    with open(os.path.join(dirs["test"], "Thumbs.db"), "wb") as f:
+        f.write(b"\xd0\xcf\x11\xe0 not an image")
+    with open(os.path.join(dirs["train"], "readme.txt"), "w") as f:
+        f.write("not an image\n")
+    _save(os.path.join(dirs["train"], f"{train_ids[0]:04d}_c01_00000001_0.jpg"),
+          render(vehicles[train_ids[0]], cameras[0], rng, size=VERI_SIZE))
     return output_dir
 
 
@@ -437,14 +506,16 @@ def write_mot_sequence(output_dir, num_pairs=4, num_frames=160, seed=0,
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layout",
-                        choices=("market1501", "mars", "identity_folders",
-                                 "mot"),
+                        choices=("market1501", "mars", "veri",
+                                 "identity_folders", "mot"),
                         default="market1501")
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--num_train_ids", type=int, default=None,
-                        help="default: 300 (market1501), 60 (mars)")
+                        help="default: 300 (market1501), 60 (mars), 40 "
+                        "(veri)")
     parser.add_argument("--num_test_ids", type=int, default=None,
-                        help="default: 100 (market1501), 30 (mars)")
+                        help="default: 100 (market1501), 30 (mars), 20 "
+                        "(veri)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", default="SYNTH-01",
                         help="--layout=mot: the sequence's name (its folder)")
@@ -461,8 +532,8 @@ def main(argv=None):
         write_identity_folders(args.output_dir, seed=args.seed,
                                num_ids=sizes.get("num_train_ids", 60))
     else:
-        writer = (write_market1501 if args.layout == "market1501"
-                  else write_mars)
+        writer = {"market1501": write_market1501, "mars": write_mars,
+                  "veri": write_veri}[args.layout]
         writer(args.output_dir, seed=args.seed, **sizes)
     print(f"wrote a synthetic {args.layout} dataset to {args.output_dir}")
 

@@ -67,6 +67,24 @@ def require_files(paths, what, layout):
                          f"{layout}")
 
 
+def image_test_split(gallery, query):
+    """The :class:`TestSplit` of single-image entries from a gallery and a
+    query folder, each ``(filenames, ids, cameras)``; exports
+    ``feat_test.mat`` (gallery) and ``feat_query.mat`` in their order."""
+    (gallery, g_ids, g_cams), (query, q_ids, q_cams) = gallery, query
+    num_gallery = len(gallery)
+    gallery_index = np.arange(num_gallery)
+    query_index = np.arange(num_gallery, num_gallery + len(query))
+    return TestSplit(
+        filenames=np.asarray(list(gallery) + list(query)),
+        query_groups=[np.array([i]) for i in query_index],
+        query_ids=q_ids, query_cameras=q_cams,
+        gallery_groups=[np.array([i]) for i in gallery_index],
+        gallery_ids=g_ids, gallery_cameras=g_cams,
+        exports={"feat_test.mat": gallery_index,
+                 "feat_query.mat": query_index})
+
+
 @dataclasses.dataclass
 class TrainSplit:
     """A dataset's training images, as every reader returns them.

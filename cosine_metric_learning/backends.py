@@ -13,7 +13,6 @@ from typing import Any, Callable, Tuple
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2
 
 from cosine_metric_learning import checkpoints, deploy, export
 from cosine_metric_learning.errors import ArgumentError, first_line
@@ -117,13 +116,7 @@ def keras_backend(encoder, source):
 
 
 def _frozen_graph(path):
-    graph_def = graph_pb2.GraphDef()
-    try:
-        with open(path, "rb") as f:
-            graph_def.ParseFromString(f.read())
-    except Exception as e:  # a protobuf DecodeError
-        raise ArgumentError("path", path, "not a frozen TensorFlow graph "
-                            f"({type(e).__name__})") from e
+    graph_def = export.read_graph_def(path)
     names = {node.name: node for node in graph_def.node}
     if export.INPUT_NAME not in names or export.OUTPUT_NAME not in names:
         raise ArgumentError("path", path, "expected a graph with an "

@@ -19,7 +19,7 @@ from tensorflow.python.framework import convert_to_constants
 from tensorflow.python.grappler import tf_optimizer
 
 from cosine_metric_learning import files, preprocessing
-from cosine_metric_learning.errors import UsageError
+from cosine_metric_learning.errors import ArgumentError, UsageError
 
 INPUT_NAME = "images"          # the frozen graph's placeholder (Deep SORT)
 OUTPUT_NAME = "features"
@@ -74,10 +74,21 @@ def _fold_constants(graph_def):
     return tf_optimizer.OptimizeGraph(config, meta_graph)
 
 
-def _is_frozen_encoder(path):
+def read_graph_def(path):
+    """The ``GraphDef`` of a binary ``.pb`` file; ArgumentError naming the
+    path if it holds none."""
     graph_def = graph_pb2.GraphDef()
-    with open(path, "rb") as f:
-        graph_def.ParseFromString(f.read())
+    try:
+        with open(path, "rb") as f:
+            graph_def.ParseFromString(f.read())
+    except Exception as e:  # a protobuf DecodeError
+        raise ArgumentError("path", path, "not a frozen TensorFlow graph "
+                            f"({type(e).__name__})") from e
+    return graph_def
+
+
+def _is_frozen_encoder(path):
+    graph_def = read_graph_def(path)
     names = {node.name for node in graph_def.node}
     return {INPUT_NAME, OUTPUT_NAME} <= names
 

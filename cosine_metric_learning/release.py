@@ -17,8 +17,8 @@ import re
 import keras
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2
 
+from cosine_metric_learning import export
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.nets.deep_sort import network_definition
@@ -92,15 +92,9 @@ def read_values(path):
     left out) or of the Const nodes of a frozen graph; ArgumentError if
     it holds no encoder of this network."""
     if path.lower().endswith(".pb"):
-        graph_def = graph_pb2.GraphDef()
-        try:
-            with open(path, "rb") as f:
-                graph_def.ParseFromString(f.read())
-        except Exception as e:  # a protobuf DecodeError
-            raise ArgumentError("path", path, "not a frozen TensorFlow graph "
-                                f"({type(e).__name__})") from e
         values = {node.name: tf.make_ndarray(node.attr["value"].tensor)
-                  for node in graph_def.node if node.op == "Const"}
+                  for node in export.read_graph_def(path).node
+                  if node.op == "Const"}
         what = "frozen graph"
     else:
         try:

@@ -136,6 +136,13 @@ def _save(path, image):
     Image.fromarray(image).save(path, quality=90)
 
 
+def _shot_cameras(rng, num_images):
+    """The cameras of ``num_images`` images of one identity: 2 to 4
+    cameras, each at least once."""
+    cams = rng.choice(NUM_CAMERAS, int(rng.integers(2, 5)), replace=False)
+    return np.concatenate([cams, rng.choice(cams, num_images - len(cams))])
+
+
 def _person_ids(rng, num_train, num_test, max_label):
     ids = rng.choice(np.arange(1, max_label), num_train + num_test,
                      replace=False)
@@ -176,10 +183,8 @@ def write_market1501(output_dir, num_train_ids=300, num_test_ids=100,
         return f"{prefix}_c{cam + 1}s1_{next(frame):06d}_{det:02d}.jpg"
 
     def images_of(pid, num_images):
-        cams = rng.choice(NUM_CAMERAS, int(rng.integers(2, 5)), replace=False)
-        shots = np.concatenate([cams, rng.choice(cams, num_images - len(cams))])
         return [(name(pid, cam), render(people[pid], cameras[cam], rng))
-                for cam in shots]
+                for cam in _shot_cameras(rng, num_images)]
 
     for i, pid in enumerate(train_ids):
         for j, (filename, image) in enumerate(
@@ -266,11 +271,9 @@ def write_veri(output_dir, num_train_ids=40, num_test_ids=20, seed=0):
     frame = iter(range(1, 10 ** 7))
 
     def shots(vid, num_images):
-        cams = rng.choice(NUM_CAMERAS, int(rng.integers(2, 5)), replace=False)
-        cams = np.concatenate([cams, rng.choice(cams, num_images - len(cams))])
         return [(f"{vid:04d}_c{cam + 1:03d}_{next(frame):08d}_0.jpg", cam,
                  render(vehicles[vid], cameras[cam], rng, size=VERI_SIZE))
-                for cam in cams]
+                for cam in _shot_cameras(rng, num_images)]
 
     for i, vid in enumerate(train_ids):
         for j, (name, _, image) in enumerate(shots(vid,

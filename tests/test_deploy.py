@@ -378,4 +378,19 @@ def test_deploy_exports_never_replace_other_files(trained, exports,
         "train_market1501.py", "--mode=saved_model", "--int8",
         f"--restore_path={checkpoint}", f"--output={tmp_path / 'sm'}"))
     assert line.endswith("--int8 with --mode=saved_model: int8 models are "
-                         "written by --mode=onnx and --mode=openvino"), line
+                         "written by --mode=onnx, --mode=openvino and "
+                         "--mode=tflite"), line
+    # a .tflite of someone else's is kept; an own one is replaced
+    theirs = tmp_path / "theirs.tflite"
+    theirs.write_bytes(b"\x1c\x00\x00\x00TFL3 someone's model")
+    with pytest.raises(UsageError, match="refusing to replace"):
+        deploy.write_tflite(trained[1], str(theirs), (128, 64, 3))
+    assert theirs.read_bytes() == b"\x1c\x00\x00\x00TFL3 someone's model"
+    with pytest.raises(UsageError, match="ending in .tflite"):
+        deploy.check_tflite_output(str(tmp_path / "model.lite"))
+    own = deploy.write_tflite(trained[1], str(tmp_path / "own.tflite"),
+                              (128, 64, 3))
+    before = os.path.getmtime(own)
+    deploy.write_tflite(trained[1], own, (128, 64, 3))
+    assert os.path.getmtime(own) >= before and deploy.TFLITE_MODEL.matches(
+        own)

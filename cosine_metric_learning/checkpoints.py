@@ -184,15 +184,10 @@ def warm_start(model, path, restore_classifier):
     if restore_classifier and model.classifier is not None:
         objects["classifier"] = model.classifier
     if release.is_tf1(path):
-        try:
-            release.assign(release.read_values(path), path, **objects)
-        except UsageError as e:
-            if "classifier" in objects and "ball/mean_vectors" in str(e):
-                raise UsageError(
-                    f"{e}; the classifier's classes are the model's "
-                    "training identities: --norestore_classifier fine-tunes "
-                    "on others") from e
-            raise
+        release.assign(release.read_values(path), path, hints={
+            "classifier": "its classifier (a row per identity it was "
+            "trained on, if it has one) does not fit these identities: "
+            "--norestore_classifier starts a new one"}, **objects)
     else:
         path = resolve_checkpoint(path)
         restore(path, **objects)

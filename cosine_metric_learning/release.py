@@ -126,11 +126,12 @@ def network_name(values):
             else network_definition.DEEP_SORT.name)
 
 
-def assign(values, path, **models):
+def assign(values, path, hints=None, **models):
     """Set the weights of ``models`` (``encoder=...``, ``classifier=...``)
     from ``values``; UsageError naming the variables that are missing or
-    of another shape (nothing is assigned then)."""
-    pairs, missing, wrong = [], [], []
+    of another shape (nothing is assigned then), with ``hints[model]``
+    where that model does not match."""
+    pairs, missing, wrong, unmatched = [], [], [], []
     for what, model in models.items():
         for name, variable in tf1_names(model).items():
             if name not in values:
@@ -140,6 +141,8 @@ def assign(values, path, **models):
                              f"{what} has {tuple(variable.shape)}")
             else:
                 pairs.append((variable, values[name]))
+                continue
+            unmatched.append(what)
     if missing or wrong:
         problems = []
         if missing:
@@ -147,6 +150,8 @@ def assign(values, path, **models):
                             + (f" (and {len(missing) - 3} more)"
                                if len(missing) > 3 else ""))
         problems += wrong[:3]
+        problems += [hint for what, hint in (hints or {}).items()
+                     if what in unmatched]
         raise UsageError(f"{path} does not match the "
                          f"{' and '.join(models)}: {'; '.join(problems)}")
     for variable, value in pairs:

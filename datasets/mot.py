@@ -208,6 +208,7 @@ def convert(sequence_folders, output_dir, **filters):
         (folder name -> number of crops).
     """
     filters = {**DEFAULTS, **filters}
+    check_filters(**filters)
     files.check_output(output_dir, OUTPUT)  # before reading anything
     sequences = [mot.read_sequence(f, require_detections=False)
                  for f in sequence_folders]
@@ -277,7 +278,8 @@ def format_report(manifest, output_dir):
     return "\n".join(lines)
 
 
-def _parse_classes(text):
+def parse_classes(text):
+    """``--classes``: a tuple of class numbers, or None for ``all``."""
     if text.strip().lower() == "all":
         return None
     try:
@@ -289,21 +291,24 @@ def _parse_classes(text):
     return classes
 
 
+def check_filters(min_visibility, min_height, frame_stride, **_):
+    """UsageError naming the flag of a filter value out of its range."""
+    if not math.isfinite(min_visibility) or not 0 <= min_visibility <= 1:
+        raise UsageError(f"--min_visibility={min_visibility}: expected a "
+                         "fraction from 0 to 1")
+    if min_height < 0:
+        raise UsageError(f"--min_height={min_height}: expected 0 or more "
+                         "pixels")
+    if frame_stride < 1:
+        raise UsageError(f"--frame_stride={frame_stride}: expected at least "
+                         "1 (every frame)")
+
+
 def main(argv):
     def run():
-        if not math.isfinite(FLAGS.min_visibility) or not \
-                0 <= FLAGS.min_visibility <= 1:
-            raise UsageError(f"--min_visibility={FLAGS.min_visibility}: "
-                             "expected a fraction from 0 to 1")
-        if FLAGS.min_height < 0:
-            raise UsageError(f"--min_height={FLAGS.min_height}: expected 0 "
-                             "or more pixels")
-        if FLAGS.frame_stride < 1:
-            raise UsageError(f"--frame_stride={FLAGS.frame_stride}: "
-                             "expected at least 1 (every frame)")
         manifest = convert(
             mot.find_sequences(FLAGS.sequences), FLAGS.output_dir,
-            classes=_parse_classes(FLAGS.classes),
+            classes=parse_classes(FLAGS.classes),
             min_visibility=FLAGS.min_visibility,
             min_height=FLAGS.min_height, frame_stride=FLAGS.frame_stride)
         print(format_report(manifest, FLAGS.output_dir))

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cosine_metric_learning import protocol
+from cosine_metric_learning import kit_features, mot, protocol
 from cosine_metric_learning.datasets import image_folder, synthetic
 from cosine_metric_learning.datasets import mot as mot_crops
+from cosine_metric_learning.datasets.spec import DatasetSpec
 from cosine_metric_learning.errors import UsageError
 from tests.conftest import one_error_line, run_script
 from tests.reference import kit_reference
@@ -176,26 +177,27 @@ def test_bad_annotations_and_outputs_are_one_line(hand_made, tmp_path):
                    "refusing to replace", str(mine))
     assert os.listdir(mine) == ["notes.txt"]
 
+    # bad annotations and filters (in this process: the command turns
+    # these errors into one line, as above)
     short = tmp_path / "short" / "SHORT-01"
     _write_sequence(str(short), [(1, 1, 10, 10, 20, 40)], name="SHORT-01")
-    one_error_line(run_script("-m", "cosine_metric_learning.datasets.mot",
-                              f"--sequences={short}",
-                              f"--output_dir={tmp_path / 'out'}"),
-                   "gt/gt.txt has 6 columns; expected 9")
     text = tmp_path / "text" / "TEXT-01"
     _write_sequence(str(text), [(1, 1, "left", 10, 20, 40, 1, 1, 1)],
                     name="TEXT-01")
-    one_error_line(run_script("-m", "cosine_metric_learning.datasets.mot",
-                              f"--sequences={text}",
-                              f"--output_dir={tmp_path / 'out'}"),
-                   "cannot read ground-truth file")
-    for flag, message in (("--min_visibility=1.5", "--min_visibility=1.5"),
-                          ("--frame_stride=0", "--frame_stride=0"),
-                          ("--classes=people", "--classes=people"),
-                          ("--min_height=500", "no track has two crops")):
-        one_error_line(run_script(*convert, f"--output_dir={tmp_path / 'o'}",
-                                  flag), message)
-    assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
+    out = str(tmp_path / "out")
+    for sequence, filters, message in (
+            (short, {}, "gt/gt.txt has 6 columns; expected 9"),
+            (text, {}, "cannot read ground-truth file"),
+            (hand_made, {"min_visibility": 1.5}, "--min_visibility=1.5"),
+            (hand_made, {"frame_stride": 0}, "--frame_stride=0"),
+            (hand_made, {"min_height": 500}, "no track has two crops")):
+        with pytest.raises(UsageError, match=re.escape(message)):
+            mot_crops.convert([str(sequence)], out, **filters)
+    with pytest.raises(UsageError, match="--classes=people"):
+        mot_crops.parse_classes("people")
+    assert mot_crops.parse_classes("all") is None
+    assert mot_crops.parse_classes("1,7") == (1, 7)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_sequence_as_annotation_tools_export_it(tmp_path):
@@ -304,11 +306,8 @@ def test_train_on_converted_sequences_and_test_on_held_out_people(tmp_path):
         synthetic.write_mot_sequence(str(tmp_path / "test_seqs"),
                                      seed=200 + seed, name=f"TEST-{seed}")
     for part in ("train", "test"):
-        result = run_script("-m", "cosine_metric_learning.datasets.mot",
-                            f"--sequences={tmp_path / (part + '_seqs')}",
-                            f"--output_dir={tmp_path / part}",
-                            "--frame_stride=4")
-        assert result.returncode == 0, result.stderr[-2000:]
+        mot_crops.convert(mot.find_sequences(str(tmp_path / f"{part}_seqs")),
+                          str(tmp_path / part), frame_stride=4)
     run = ("train_custom.py", f"--log_dir={tmp_path / 'runs'}",
            "--run_id=own")
     result = run_script(*run, f"--dataset_dir={tmp_path / 'train'}",
@@ -328,8 +327,9 @@ def test_train_on_converted_sequences_and_test_on_held_out_people(tmp_path):
         scores[checkpoint] = json.loads(output.read_text())["mAP"]
     assert scores["ckpt-150"] > scores["ckpt-0"] + 0.05, scores
     # the held-out folder has no kit of its own
-    one_error_line(run_script(
-        "train_custom.py", "--mode=export",
-        f"--dataset_dir={tmp_path / 'test'}",
-        f"--restore_path={tmp_path / 'runs' / 'own'}"),
-        "custom data has no official evaluation kit")
+    custom = DatasetSpec("custom", 0, None, ".",
+                         read_test=image_folder.read_test_protocol)
+    with pytest.raises(UsageError, match="custom data has no official "
+                       "evaluation kit"):
+        kit_features.export_features(custom, str(tmp_path / "runs" / "own"),
+                                     str(tmp_path / "test"), str(tmp_path))

@@ -169,6 +169,8 @@ def _write_crops(sequence, crops, output_dir, progress_secs=10.0):
     by_frame = collections.defaultdict(list)
     for _, track, frame, box in crops:
         by_frame[frame].append((track, box))
+    logging.info("%s: cutting %d crops from %d frames", sequence.name,
+                 len(crops), len(by_frame))
     start = last = time.time()
     for n, frame in enumerate(sorted(by_frame)):
         path = sequence.frame_paths[frame - 1]

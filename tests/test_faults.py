@@ -125,6 +125,34 @@ def test_ctrl_c_in_test_or_export_is_one_line(large_market_dir, trained,
     assert os.listdir(tmp_path) == []  # no output, whole or half
 
 
+def test_ctrl_c_while_cutting_tracks_leaves_nothing(tmp_path):
+    """The converter writes its folder whole or not at all."""
+    from cosine_metric_learning.datasets import synthetic
+    first = synthetic.write_mot_sequence(str(tmp_path / "seqs"), seed=1,
+                                         name="SEQ-0")
+    for k in range(1, 8):  # copies under other names: long enough to stop
+        copy = tmp_path / "seqs" / f"SEQ-{k}"
+        shutil.copytree(first, copy)
+        info = copy / "seqinfo.ini"
+        info.write_text(info.read_text().replace("name=SEQ-0",
+                                                 f"name=SEQ-{k}"))
+    out = tmp_path / "out"
+    out.mkdir()
+    run = _Process(_with_default_sigint([
+        "-m", "cosine_metric_learning.datasets.mot",
+        f"--sequences={tmp_path / 'seqs'}", f"--output_dir={out / 'people'}"]))
+    try:
+        run.wait_for("SEQ-0: cutting")
+        run.process.send_signal(signal.SIGINT)
+        assert run.process.wait(60) == 130, run.text()[-3000:]
+    finally:
+        run.process.kill()
+    log = run.text()
+    assert "Traceback" not in log and error_lines(log) == [INTERRUPTED], \
+        log[-3000:]
+    assert os.listdir(out) == []  # neither the folder nor its temporary
+
+
 def _with_default_sigint(args):
     """``args`` run by this Python with SIGINT's default action: a process
     started in the background by a non-interactive shell (as a CI job may

@@ -160,19 +160,25 @@ def load_encoder(path, image_shape=None):
     if release.is_tf1(path):
         return release.load_encoder(path, image_shape), path
     prefix = resolve_checkpoint(path)
-    run = run_settings.describe(prefix)
-    shape = run_settings.input_shape(run, image_shape)
-    encoder = network_definition.create_encoder(
-        shape, network=run.network if run else run_settings.NETWORK)
+    encoder = run_encoder(run_settings.describe(prefix), image_shape)
     restore(prefix, encoder=encoder)
     return encoder, prefix
 
 
+def run_encoder(run, image_shape=None):
+    """A new encoder of a run's network at its input shape
+    (:func:`run_settings.input_shape`); without a run (None), the paper's
+    network at ``image_shape`` (default 128x64)."""
+    return network_definition.create_encoder(
+        run_settings.input_shape(run, image_shape),
+        network=run.network if run else run_settings.NETWORK)
+
+
 def network_of(path):
     """The network of the model at ``path``: a TF1 model's (recognised
-    from its variables), a run's (its run.json), else the paper's."""
+    from its variable names), a run's (its run.json), else the paper's."""
     if release.is_tf1(path):
-        return release.network_name(release.read_values(path))
+        return release.network_name(release.variable_names(path))
     run = run_settings.describe(path) if path else None
     return run.network if run else run_settings.NETWORK
 

@@ -3,9 +3,10 @@ errors.
 
 ``train_market1501.py``, ``train_mars.py``, ``train_veri.py`` and
 ``train_custom.py`` describe their dataset with a
-:class:`datasets.spec.DatasetSpec` and call :func:`main`. Every flag is derived from a field of the modes' settings
-classes (:mod:`cosine_metric_learning.settings`); each mode is a function
-of its settings object. This module and the encode command are the only
+:class:`datasets.spec.DatasetSpec` and call :func:`main`. Every flag is
+derived from a field of the modes' settings classes
+(:mod:`cosine_metric_learning.settings`); each mode is a function of its
+settings object. This module and the encode command are the only
 readers of absl's ``FLAGS``; errors of the library that name an argument
 are shown here with the flag it came from.
 """

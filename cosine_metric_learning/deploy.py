@@ -1,7 +1,7 @@
 """Exports for the runtimes trackers load today: ONNX, OpenVINO IR and
 TFLite, float32 or int8.
 
-Both keep the frozen graph's contract: input ``images``, uint8 BGR
+All keep the frozen graph's contract: input ``images``, uint8 BGR
 ``(N, H, W, 3)`` with a dynamic batch; output ``features``, float32
 ``(N, 128)``, L2-normalised; the preprocessing is inside the model, so a
 consumer feeds raw crops. The ONNX model is converted (``tf2onnx``) from
@@ -304,12 +304,9 @@ def tflite_model(encoder, image_shape, calibration=None):
     rounds the norms to about 1e-2).
     """
     from tensorflow.lite.tools import flatbuffer_utils
-    from tensorflow.python.framework import convert_to_constants
     # the variables folded: the converter's own freezing leaves Keras 3's
     # variables as uninitialised resources
-    frozen = convert_to_constants.convert_variables_to_constants_v2(
-        export.inference_function(encoder, image_shape)
-        .get_concrete_function())
+    frozen = export.frozen_function(encoder, image_shape)
 
     def converter():
         return tf.lite.TFLiteConverter.from_concrete_functions(

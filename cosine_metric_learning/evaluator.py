@@ -22,7 +22,6 @@ from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.datasets import util as dataset_util
-from cosine_metric_learning.nets.deep_sort import network_definition
 
 PRECISION_TAG = "Precision@1"
 RANKED_RETRIEVAL_TAG = "validation/ranked_retrieval"
@@ -136,12 +135,9 @@ class _Evaluator:
         """The encoder at the run's input shape (its run.json is written
         before its first checkpoint); an image_shape that contradicts it
         is raised."""
-        run = run_settings.describe(self.run_dir)
-        self.image_shape = run_settings.input_shape(run,
-                                                    self.requested_shape)
-        self.encoder = network_definition.create_encoder(
-            self.image_shape,
-            network=run.network if run else run_settings.NETWORK)
+        self.encoder = checkpoints.run_encoder(
+            run_settings.describe(self.run_dir), self.requested_shape)
+        self.image_shape = tuple(self.encoder.input_shape[1:])
         self.encode = features.make_encode_fn(
             self.encoder, self.image_shape, self.config.batch_size)
         # the same network as a tracker's encoder of uint8 BGR patches

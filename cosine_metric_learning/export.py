@@ -44,6 +44,13 @@ def inference_function(encoder, image_shape, input_name=INPUT_NAME):
     return encode
 
 
+def frozen_function(encoder, image_shape):
+    """The inference function's concrete function with the variables as
+    constants (what the frozen graph and the TFLite model are made of)."""
+    return convert_to_constants.convert_variables_to_constants_v2(
+        inference_function(encoder, image_shape).get_concrete_function())
+
+
 def frozen_graph_def(encoder, image_shape):
     """The encoder as a GraphDef, variables and constant parts folded.
 
@@ -51,8 +58,7 @@ def frozen_graph_def(encoder, image_shape):
     on constants (batch norm's moving statistics into scale and offset) and
     prunes everything the ``features`` output does not need.
     """
-    concrete = inference_function(encoder, image_shape).get_concrete_function()
-    frozen = convert_to_constants.convert_variables_to_constants_v2(concrete)
+    frozen = frozen_function(encoder, image_shape)
     graph_def = _fold_constants(frozen.graph.as_graph_def())
     inputs = [n for n in graph_def.node if n.op == "Placeholder"]
     if [n.name for n in inputs] != [INPUT_NAME]:

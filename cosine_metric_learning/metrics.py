@@ -8,9 +8,9 @@ Two protocols:
   query, gallery entries with id -1 and those with the query's id *and*
   camera are junk and removed from the ranking; good matches have the
   query's id and another camera. On one's own data the same camera counts
-  too, from ``min_frame_gap`` frames away (:func:`junk_mask`). CMC counts the first good match; AP is the
-  kits' trapezoidal AP, and the non-interpolated AP that PyTorch toolkits
-  print is reported beside it.
+  too, from ``min_frame_gap`` frames away (:func:`junk_mask`). CMC counts
+  the first good match; AP is the kits' trapezoidal AP, and the
+  non-interpolated AP that PyTorch toolkits print is reported beside it.
 """
 
 import numpy as np

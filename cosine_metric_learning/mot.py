@@ -316,6 +316,12 @@ def non_max_suppression(boxes, scores, max_overlap):
     return np.array(sorted(keep), int)
 
 
+def considered_pedestrians(rows):
+    """Which ground-truth rows MOT17 scores: marked to be considered
+    (column 7) and of the pedestrian class (column 8)."""
+    return (rows[:, 6] != 0) & (rows[:, 7] == 1)
+
+
 def detection_rows(sequence, source, min_confidence, nms_max_overlap):
     """The rows the tracker sees: ``det.txt`` above ``min_confidence``
     after non-maximum suppression per frame, or the ground-truth boxes to
@@ -326,7 +332,7 @@ def detection_rows(sequence, source, min_confidence, nms_max_overlap):
                              "has no gt/gt.txt")
         rows = sequence.ground_truth.copy()
         if rows.shape[1] > 7:  # MOT17: only pedestrians to be considered
-            rows = rows[(rows[:, 6] != 0) & (rows[:, 7] == 1)]
+            rows = rows[considered_pedestrians(rows)]
         rows[:, 6] = 1.0
         return rows[:, :7]
     if sequence.detections is None:

@@ -69,22 +69,23 @@ def is_tf1(path):
         return False
     if path.lower().endswith(".pb"):
         return os.path.isfile(path)
-    if os.path.isdir(path) or os.path.isfile(path + ".index") and \
-            _has_object_graph(path):
+    if os.path.isdir(path):
         return False
     try:
         reader = tf.train.load_checkpoint(path)
     except (tf.errors.OpError, ValueError):
-        return False
+        return False  # the checkpoint loader names what is wrong
+    # this project's checkpoints key their values by object path instead
     return reader.has_tensor(MARKER)
 
 
-def _has_object_graph(prefix):
-    try:
-        return tf.train.load_checkpoint(prefix).has_tensor(
-            "_CHECKPOINTABLE_OBJECT_GRAPH")
-    except (tf.errors.OpError, ValueError):
-        return True  # let the checkpoint loader name what is wrong
+def variable_names(path):
+    """The variable names a TF1 model holds (a checkpoint's keys, a frozen
+    graph's Const nodes), without reading their values."""
+    if path.lower().endswith(".pb"):
+        return {node.name for node in export.read_graph_def(path).node
+                if node.op == "Const"}
+    return set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
 
 
 def read_values(path):
@@ -118,11 +119,12 @@ def read_values(path):
     return values
 
 
-def network_name(values):
-    """The network the values are of: ``mars_small128`` where a batch norm
-    in the ``ball`` scope follows fc1, else ``deep_sort``."""
+def network_name(names):
+    """The network of a TF1 model's variable ``names`` (or its values, by
+    name): ``mars_small128`` where a batch norm in the ``ball`` scope
+    follows fc1, else ``deep_sort``."""
     return (network_definition.MARS_SMALL128.name
-            if "ball/moving_mean" in values
+            if "ball/moving_mean" in names
             else network_definition.DEEP_SORT.name)
 
 

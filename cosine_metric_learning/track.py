@@ -100,7 +100,7 @@ def ground_truth_gate(sequence, model, cache):
         return None
     keep = np.ones(len(gt), bool)
     if gt.shape[1] > 8:
-        keep &= (gt[:, 6] != 0) & (gt[:, 7] == 1) & (
+        keep &= mot.considered_pedestrians(gt) & (
             gt[:, 8] >= GATE_MIN_VISIBILITY)
     rows = gt[keep]
     features = _model_features(model, sequence, rows[:, :7], cache,
@@ -216,7 +216,7 @@ def format_table(summary):
     for model, entry in summary["models"].items():
         shown = [("", entry["runs"][0])]
         best = entry.get("best")
-        if best is not None and best is not entry["runs"][0] and                 len(entry["runs"]) > 1:
+        if best is not None and best is not entry["runs"][0]:
             shown.append((" (best)", best))
         for suffix, run in shown:
             combined = run["metrics"].get("COMBINED")

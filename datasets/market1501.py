@@ -9,10 +9,7 @@ doubled extension (``x.jpg.jpg``) is accepted.
 import os
 import re
 
-import numpy as np
-
 from cosine_metric_learning.datasets import util
-from cosine_metric_learning.errors import UsageError
 
 MAX_LABEL = 1501
 LAYOUT = ("the Market-1501 layout (bounding_box_train/, bounding_box_test/, "
@@ -40,20 +37,8 @@ def read_split_to_str(directory):
     (filenames, ids, camera_indices)
         A list of paths and two int64 arrays.
     """
-    util.require_dir(directory, "Market-1501 split folder", LAYOUT)
-    filenames, ids, cameras = [], [], []
-    for name in sorted(os.listdir(directory)):
-        parsed = parse_filename(name)
-        if parsed is None:
-            continue
-        filenames.append(os.path.join(directory, name))
-        ids.append(parsed[0])
-        cameras.append(parsed[1])
-    if not filenames:
-        raise UsageError(
-            f"no Market-1501 images in '{directory}'; expected files named "
-            "PPPP_cCsS_FFFFFF_DD.jpg")
-    return filenames, np.asarray(ids, np.int64), np.asarray(cameras, np.int64)
+    return util.read_named_split(directory, parse_filename, "Market-1501",
+                                 "PPPP_cCsS_FFFFFF_DD.jpg", LAYOUT)[:3]
 
 
 def read_train_split_to_str(dataset_dir):

@@ -97,15 +97,14 @@ def select_boxes(rows, frame_shape, frame_exists, classes=DEFAULTS["classes"],
     Returns
     -------
     (crops, counts)
-        ``crops``: ``(row index, track id, frame, (left, top, right,
-        bottom))`` of every kept box, the pixel rectangle clipped to the
-        frame; ``counts``: boxes dropped for each of :data:`REASONS`.
+        ``crops``: ``(track id, frame, (left, top, right, bottom))`` of
+        every kept box, the pixel rectangle clipped to the frame; ``counts``: boxes dropped for each of :data:`REASONS`.
     """
     rows = np.asarray(rows, np.float64)
     height, width = frame_shape[:2]
     counts = dict.fromkeys(REASONS, 0)
-    candidates = collections.defaultdict(list)  # track -> [(frame, i, box)]
-    for i, row in enumerate(rows):
+    candidates = collections.defaultdict(list)  # track -> [(frame, box)]
+    for row in rows:
         frame, track, left, top, box_w, box_h, considered, label, \
             visibility = row[:NUM_COLUMNS]
         box = None
@@ -134,15 +133,16 @@ def select_boxes(rows, frame_shape, frame_exists, classes=DEFAULTS["classes"],
         if reason:
             counts[reason] += 1
         else:
-            candidates[int(track)].append((int(frame), i, box))
+            candidates[int(track)].append((int(frame), box))
     crops = []
     for track in sorted(candidates):
         kept, last = [], None
-        for frame, i, box in sorted(candidates[track]):
+        # by frame; rows of one frame in file order
+        for frame, box in sorted(candidates[track], key=lambda c: c[0]):
             if last is not None and frame - last < frame_stride:
                 counts["stride"] += 1
                 continue
-            kept.append((i, track, frame, box))
+            kept.append((track, frame, box))
             last = frame
         if len(kept) < 2:
             counts["single"] += len(kept)
@@ -167,7 +167,7 @@ def _check_rows(sequence):
 def _write_crops(sequence, crops, output_dir, progress_secs=10.0):
     """Cut ``crops`` from the sequence's frames (each frame read once)."""
     by_frame = collections.defaultdict(list)
-    for _, track, frame, box in crops:
+    for track, frame, box in crops:
         by_frame[frame].append((track, box))
     logging.info("%s: cutting %d crops from %d frames", sequence.name,
                  len(crops), len(by_frame))
@@ -232,7 +232,7 @@ def convert(sequence_folders, output_dir, **filters):
             lambda frame, s=sequence: 1 <= frame <= s.num_frames
             and os.path.isfile(s.frame_paths[frame - 1]), **filters)
         selected.append((sequence, crops))
-        tracks = collections.Counter(track for _, track, _, _ in crops)
+        tracks = collections.Counter(track for track, _, _ in crops)
         manifest["sources"].append({
             "sequence": sequence.name, "path": os.path.abspath(sequence.path),
             "boxes": len(rows), "kept": len(crops),

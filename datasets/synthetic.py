@@ -270,24 +270,26 @@ def write_veri(output_dir, num_train_ids=40, num_test_ids=20, seed=0):
         os.makedirs(d, exist_ok=True)
     frame = iter(range(1, 10 ** 7))
 
+    def name(vid, cam):
+        return f"{vid:04d}_c{cam + 1:03d}_{next(frame):08d}_0.jpg"
+
     def shots(vid, num_images):
-        return [(f"{vid:04d}_c{cam + 1:03d}_{next(frame):08d}_0.jpg", cam,
+        return [(name(vid, cam), cam,
                  render(vehicles[vid], cameras[cam], rng, size=VERI_SIZE))
                 for cam in _shot_cameras(rng, num_images)]
 
     for i, vid in enumerate(train_ids):
-        for j, (name, _, image) in enumerate(shots(vid,
-                                                   int(rng.integers(4, 10)))):
+        for j, (filename, _, image) in enumerate(
+                shots(vid, int(rng.integers(4, 10)))):
             if i == 0 and j == 0:
-                name += ".jpg"  # a doubled extension
-            _save(os.path.join(dirs["train"], name), image)
+                filename += ".jpg"  # a doubled extension
+            _save(os.path.join(dirs["train"], filename), image)
     for vid in test_ids:
         gallery = shots(vid, int(rng.integers(4, 8)))
-        for name, _, image in gallery:
-            _save(os.path.join(dirs["test"], name), image)
+        for filename, _, image in gallery:
+            _save(os.path.join(dirs["test"], filename), image)
         cam = gallery[int(rng.integers(len(gallery)))][1]
-        _save(os.path.join(dirs["query"],
-                           f"{vid:04d}_c{cam + 1:03d}_{next(frame):08d}_0.jpg"),
+        _save(os.path.join(dirs["query"], name(vid, cam)),
               render(vehicles[vid], cameras[cam], rng, size=VERI_SIZE))
     for split, directory in dirs.items():
         with open(os.path.join(output_dir, f"name_{split}.txt"), "w") as f:

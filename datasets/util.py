@@ -67,6 +67,33 @@ def require_files(paths, what, layout):
                          f"{layout}")
 
 
+def read_named_split(directory, parse_filename, dataset, pattern, layout):
+    """The images of a split folder whose names carry id and camera,
+    sorted by file name.
+
+    ``parse_filename(name)`` returns ``(id, camera_index)`` or None for a
+    name to skip. Returns ``(filenames, ids, cameras, skipped)``: a list
+    of paths, two int64 arrays and the skipped names. UsageError naming
+    ``dataset``, the expected name ``pattern`` and ``layout`` for a
+    missing folder or one without such images.
+    """
+    require_dir(directory, f"{dataset} split folder", layout)
+    filenames, ids, cameras, skipped = [], [], [], []
+    for name in sorted(os.listdir(directory)):
+        parsed = parse_filename(name)
+        if parsed is None:
+            skipped.append(name)
+            continue
+        filenames.append(os.path.join(directory, name))
+        ids.append(parsed[0])
+        cameras.append(parsed[1])
+    if not filenames:
+        raise UsageError(f"no {dataset} images in '{directory}'; expected "
+                         f"files named {pattern}")
+    return (filenames, np.asarray(ids, np.int64),
+            np.asarray(cameras, np.int64), skipped)
+
+
 def image_test_split(gallery, query):
     """The :class:`TestSplit` of single-image entries from a gallery and a
     query folder, each ``(filenames, ids, cameras)``; exports

@@ -25,8 +25,9 @@ from cosine_metric_learning.datasets import util
 from cosine_metric_learning.errors import UsageError
 
 MAX_LABEL = 769
+NAME_PATTERN = "VVVV_cCCC_FFFFFFFF_N.jpg"
 LAYOUT = ("the VeRi layout (image_train/, image_test/, image_query/ with "
-          "files named VVVV_cCCC_FFFFFFFF_N.jpg)")
+          f"files named {NAME_PATTERN})")
 
 _FILENAME = re.compile(r"^(\d{4})_c(\d{3})_(\d+)_(\d+)(\.jpg)+$")
 
@@ -44,24 +45,13 @@ def read_split_to_str(directory):
     """One split folder, sorted by file name: ``(filenames, ids,
     camera_indices)``; names that do not parse are skipped, and counted
     in a warning."""
-    util.require_dir(directory, "VeRi split folder", LAYOUT)
-    filenames, ids, cameras, skipped = [], [], [], []
-    for name in sorted(os.listdir(directory)):
-        parsed = parse_filename(name)
-        if parsed is None:
-            skipped.append(name)
-            continue
-        filenames.append(os.path.join(directory, name))
-        ids.append(parsed[0])
-        cameras.append(parsed[1])
+    filenames, ids, cameras, skipped = util.read_named_split(
+        directory, parse_filename, "VeRi", NAME_PATTERN, LAYOUT)
     if skipped:
-        logging.warning("%s: skipped %d files whose names are not "
-                        "VVVV_cCCC_FFFFFFFF_N.jpg (e.g. %s)", directory,
-                        len(skipped), skipped[0])
-    if not filenames:
-        raise UsageError(f"no VeRi images in '{directory}'; expected files "
-                         "named VVVV_cCCC_FFFFFFFF_N.jpg")
-    return filenames, np.asarray(ids, np.int64), np.asarray(cameras, np.int64)
+        logging.warning("%s: skipped %d files whose names are not %s (e.g. "
+                        "%s)", directory, len(skipped), NAME_PATTERN,
+                        skipped[0])
+    return filenames, ids, cameras
 
 
 def read_train_split_to_str(dataset_dir):

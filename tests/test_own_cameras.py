@@ -149,7 +149,7 @@ def test_the_frame_stride_counts_frames_since_the_last_kept_box():
     exists = lambda frame: frame <= 7  # noqa: E731 (frame 8 is missing)
     crops, counts = mot_crops.select_boxes(rows, (HEIGHT, WIDTH, 3), exists,
                                            frame_stride=2)
-    kept = {(track, frame) for _, track, frame, _ in crops}
+    kept = {(track, frame) for track, frame, _ in crops}
     assert kept == {(1, 1), (1, 3), (1, 5), (2, 1), (2, 3), (3, 1), (3, 4)}
     reasons = [reason for _, reason in ROWS]
     expected = _expected_counts(reasons)
@@ -161,7 +161,7 @@ def test_the_frame_stride_counts_frames_since_the_last_kept_box():
     # keeps track 2's frame 2
     crops, counts = mot_crops.select_boxes(rows, (HEIGHT, WIDTH, 3), exists,
                                            classes=None, min_visibility=0.2)
-    kept = {(track, frame) for _, track, frame, _ in crops}
+    kept = {(track, frame) for track, frame, _ in crops}
     assert {(4, 1), (4, 2), (2, 2)} <= kept
     assert counts["class"] == counts["visibility"] == 0
 

@@ -123,7 +123,11 @@ def define_flags(dataset):
 # the flags the library's arguments come from, for its messages
 FLAG_NAMES = {"path": "--restore_path", "backend": "--backend",
               "image_shape": "--image_shape", "count":
-              "--calibration_images"}
+              "--calibration_images", "rerank_parameters": "--rerank",
+              "sequences": "--track_sequences", "output": "--output",
+              "prefix": "--output", "layout": "--layout",
+              "min_frame_gap": "--min_frame_gap",
+              "camera_regex": "--camera_regex"}
 
 
 def config_from_flags(config_class):

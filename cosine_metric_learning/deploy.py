@@ -81,27 +81,27 @@ OPENVINO_IR = files.Kind(f"an OpenVINO encoder IR (.xml with an "
                          f"'{export.INPUT_NAME}' input)", _is_openvino_encoder)
 
 
-def check_onnx_output(path):
-    """UsageError unless ``path`` can be written as an ONNX encoder (and
+def check_onnx_output(output):
+    """UsageError unless ``output`` can be written as an ONNX encoder (and
     the converter is installed)."""
-    require("tf2onnx", "--mode=onnx")
-    if not path.endswith(".onnx"):
-        raise UsageError(f"--output={path}: expected a file name ending in "
-                         ".onnx")
-    return files.check_output(path, ONNX_MODEL)
+    require("tf2onnx", "an ONNX export")
+    if not output.endswith(".onnx"):
+        raise ArgumentError("output", output, "expected a file name ending in "
+                            ".onnx")
+    return files.check_output(output, ONNX_MODEL)
 
 
-def check_openvino_output(path):
-    """UsageError unless ``path`` (the ``.xml``) and the ``.bin`` beside it
+def check_openvino_output(output):
+    """UsageError unless ``output`` (the ``.xml``) and the ``.bin`` beside it
     can be written (and the converters are installed)."""
     for module in ("tf2onnx", "openvino"):
-        require(module, "--mode=openvino")
-    if not path.endswith(".xml"):
-        raise UsageError(f"--output={path}: expected the IR's .xml file name "
-                         "(its .bin is written beside it)")
-    files.check_output(path, OPENVINO_IR)
-    files.check_output(path[:-4] + ".bin", _openvino_weights_kind(path))
-    return path
+        require(module, "an OpenVINO export")
+    if not output.endswith(".xml"):
+        raise ArgumentError("output", output, "expected the IR's .xml file "
+                            "name (its .bin is written beside it)")
+    files.check_output(output, OPENVINO_IR)
+    files.check_output(output[:-4] + ".bin", _openvino_weights_kind(output))
+    return output
 
 
 def onnx_model(encoder, image_shape):
@@ -121,21 +121,21 @@ def onnx_model(encoder, image_shape):
     return model
 
 
-def write_onnx(encoder, path, image_shape, calibration=None):
-    """Write the ONNX encoder to ``path`` (a ``.onnx`` file).
+def write_onnx(encoder, output, image_shape, calibration=None):
+    """Write the ONNX encoder to ``output`` (a ``.onnx`` file).
 
     With ``calibration`` (uint8 BGR patches ``(N, H, W, 3)``) the model is
     quantised to int8 (:func:`quantize_onnx`).
     """
-    check_onnx_output(path)
+    check_onnx_output(output)
     model = onnx_model(encoder, image_shape)
     if calibration is not None:
         model = quantize_onnx(model, calibration)
-    files.write_atomically(path, lambda f: f.write(model.SerializeToString()),
+    files.write_atomically(output, lambda f: f.write(model.SerializeToString()),
                            ONNX_MODEL, binary=True)
-    logging.info("Wrote %s (opset %d, %s)", path, ONNX_OPSET,
+    logging.info("Wrote %s (opset %d, %s)", output, ONNX_OPSET,
                  "int8" if calibration is not None else "float32")
-    return path
+    return output
 
 
 def quantize_onnx(model, calibration):
@@ -148,7 +148,7 @@ def quantize_onnx(model, calibration):
     (``reduce_range``: the int16 sums of processors without VNNI cannot
     saturate), uint8 activations with ranges from the patches (min/max).
     """
-    require("onnxruntime", "--mode=onnx --int8")
+    require("onnxruntime", "int8 quantisation of an ONNX export")
     from onnxruntime import quantization
 
     class Patches(quantization.CalibrationDataReader):
@@ -159,7 +159,7 @@ def quantize_onnx(model, calibration):
             patch = next(self._patches, None)
             return None if patch is None else {export.INPUT_NAME: patch[None]}
 
-    onnx = require("onnx", "--mode=onnx --int8")
+    onnx = require("onnx", "int8 quantisation of an ONNX export")
     with tempfile.TemporaryDirectory() as tmp:
         source, prepared, quantised = (os.path.join(tmp, name) for name in (
             "float32.onnx", "prepared.onnx", "int8.onnx"))
@@ -203,14 +203,14 @@ def normalise_onnx_output(model):
     return model
 
 
-def write_openvino(encoder, path, image_shape, calibration=None):
-    """Write the OpenVINO IR: ``path`` (``.xml``) and the ``.bin`` beside it.
+def write_openvino(encoder, output, image_shape, calibration=None):
+    """Write the OpenVINO IR: ``output`` (``.xml``) and the ``.bin`` beside it.
 
     With ``calibration`` (uint8 BGR patches ``(N, H, W, 3)``) the model is
     quantised to int8 with NNCF's post-training quantisation.
     """
-    check_openvino_output(path)
-    ov = require("openvino", "--mode=openvino")
+    check_openvino_output(output)
+    ov = require("openvino", "an OpenVINO export")
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = os.path.join(tmp, "encoder.onnx")
         with open(onnx_path, "wb") as f:
@@ -219,11 +219,11 @@ def write_openvino(encoder, path, image_shape, calibration=None):
     if calibration is not None:
         model = quantize(model, calibration)
     files.replace_parts_atomically(
-        path[:-len(".xml")], lambda tmp: _save_ir(ov, model, tmp),
+        output[:-len(".xml")], lambda tmp: _save_ir(ov, model, tmp),
         r"\.xml|\.bin", errors=(RuntimeError,))
-    logging.info("Wrote %s and its .bin (%s)", path,
+    logging.info("Wrote %s and its .bin (%s)", output,
                  "int8" if calibration is not None else "float32")
-    return path
+    return output
 
 
 def _save_ir(ov, model, prefix):
@@ -242,7 +242,7 @@ def quantize(model, calibration):
     the weights in 7 bits: with 8, the int8 convolutions of processors
     without VNNI (pairs of u8 x s8 products summed in 16 bits) saturate.
     """
-    nncf = require("nncf", "--int8")
+    nncf = require("nncf", "int8 quantisation of an OpenVINO export")
     dataset = nncf.Dataset([patch[None] for patch in calibration])
     quantised = nncf.quantize(
         model, dataset, subset_size=len(calibration),
@@ -256,7 +256,7 @@ def normalise_openvino_output(model):
     """``model`` (an ``openvino.Model``, changed in place) with a float
     NormalizeL2 between its ``features`` and the output, the floor of
     :data:`NORM_EPSILON` as the frozen graph's."""
-    ops = require("openvino.opset13", "--mode=openvino")
+    ops = require("openvino.opset13", "an OpenVINO export")
     result = model.get_results()[0]
     source = result.input_value(0)
     names = source.get_names()
@@ -285,12 +285,12 @@ TFLITE_MODEL = files.Kind(f"a TFLite encoder ('{export.INPUT_NAME}' -> "
                           f"'{export.OUTPUT_NAME}')", _is_tflite_encoder)
 
 
-def check_tflite_output(path):
-    """UsageError unless ``path`` can be written as a TFLite encoder."""
-    if not path.endswith(".tflite"):
-        raise UsageError(f"--output={path}: expected a file name ending in "
-                         ".tflite")
-    return files.check_output(path, TFLITE_MODEL)
+def check_tflite_output(output):
+    """UsageError unless ``output`` can be written as a TFLite encoder."""
+    if not output.endswith(".tflite"):
+        raise ArgumentError("output", output, "expected a file name ending in "
+                            ".tflite")
+    return files.check_output(output, TFLITE_MODEL)
 
 
 def tflite_model(encoder, image_shape, calibration=None):
@@ -358,15 +358,15 @@ def _ops_after(content, layers):
     return [name for outputs in names[last + 1:] for name in outputs]
 
 
-def write_tflite(encoder, path, image_shape, calibration=None):
-    """Write the TFLite encoder (:func:`tflite_model`) to ``path``."""
-    check_tflite_output(path)
+def write_tflite(encoder, output, image_shape, calibration=None):
+    """Write the TFLite encoder (:func:`tflite_model`) to ``output``."""
+    check_tflite_output(output)
     content = tflite_model(encoder, image_shape, calibration)
-    files.write_atomically(path, lambda f: f.write(content), TFLITE_MODEL,
+    files.write_atomically(output, lambda f: f.write(content), TFLITE_MODEL,
                            binary=True)
-    logging.info("Wrote %s (%s)", path,
+    logging.info("Wrote %s (%s)", output,
                  "int8" if calibration is not None else "float32")
-    return path
+    return output
 
 
 def calibration_patches(filenames, count, image_shape):

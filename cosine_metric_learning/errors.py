@@ -30,8 +30,14 @@ class ArgumentError(UsageError):
         value = self.value
         if value is None:
             return f"{flag} is not set: {self.problem}"
-        if isinstance(value, tuple):  # an image shape, as the flag takes it
-            value = ",".join(str(v) for v in value[:2])
+        if isinstance(value, tuple):
+            if self.argument != "image_shape":
+                # values of several flags (re-ranking's k1, k2, lambda):
+                # the problem names each
+                return f"{flag}: {self.problem}"
+            value = ",".join(str(v) for v in value[:2])  # as the flag takes it
+        elif isinstance(value, list):  # a comma-separated flag
+            value = ",".join(str(v) for v in value)
         return f"{flag}={value}: {self.problem}"
 
 

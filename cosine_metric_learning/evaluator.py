@@ -189,8 +189,16 @@ class _Evaluator:
 
     def try_evaluate(self, path):
         """Evaluate ``path``; a checkpoint that cannot be read is tried
-        again at the next poll and skipped after MAX_ATTEMPTS."""
-        self.last_new = time.time()
+        again at the next poll and skipped after MAX_ATTEMPTS. The wait
+        for the next checkpoint counts from the end of this attempt, as
+        TF1's checkpoint iterator counted it: a slow evaluation does not
+        eat into it."""
+        try:
+            self._try_evaluate(path)
+        finally:
+            self.last_new = time.time()
+
+    def _try_evaluate(self, path):
         if self.encoder is None:
             self.build_encoder()
         try:

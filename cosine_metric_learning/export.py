@@ -126,9 +126,9 @@ def check_checkpoint_prefix(prefix):
     """Raise a UsageError unless ``prefix.index`` and its data files can be
     written as an encoder checkpoint."""
     if os.path.isdir(prefix):
-        raise UsageError(f"--output={prefix} is a folder; expected a "
-                         "checkpoint prefix such as market1501.ckpt (written "
-                         "as <prefix>.index and <prefix>.data-*)")
+        raise ArgumentError("prefix", prefix, "a folder; expected a "
+                            "checkpoint prefix such as market1501.ckpt "
+                            "(written as <prefix>.index and <prefix>.data-*)")
     files.check_output(prefix + ".index", CHECKPOINT_INDEX)
     return prefix
 

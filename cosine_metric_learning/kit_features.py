@@ -47,9 +47,10 @@ def export_features(dataset, restore_path, dataset_dir, output_dir,
     """
     split = dataset.read_test(dataset_dir)
     if not split.exports:
-        raise UsageError(f"--format=kit: {dataset.name} data has no official "
-                         "evaluation kit; --format=pytorch_result writes "
-                         "its features")
+        raise UsageError(f"{dataset.name} data has no official evaluation "
+                         "kit; its features go in the layout of PyTorch "
+                         "evaluation scripts (export_pytorch_result; on the "
+                         "command line --format=pytorch_result)")
     try:
         os.makedirs(output_dir, exist_ok=True)
     except OSError as e:

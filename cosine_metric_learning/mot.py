@@ -31,7 +31,8 @@ from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files, preprocessing
-from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.errors import first_line
 
 LAYOUT = ("a MOTChallenge sequence folder: seqinfo.ini, img1/, det/det.txt "
           "and gt/gt.txt")
@@ -73,25 +74,28 @@ def is_sequence(folder):
         and os.path.isfile(os.path.join(folder, "gt", "gt.txt")))
 
 
-def find_sequences(text):
-    """Sequence folders from ``--sequences``: comma-separated folders, each
-    a sequence or a parent of sequences (the MOT17 ``train/`` layout)."""
+def find_sequences(sequences):
+    """Sequence folders from ``sequences``: comma-separated folders (the
+    text of ``--sequences``), each a sequence or a parent of sequences
+    (the MOT17 ``train/`` layout)."""
     folders = []
-    for entry in (e.strip() for e in text.split(",") if e.strip()):
+    for entry in (e.strip() for e in sequences.split(",") if e.strip()):
         if not os.path.isdir(entry):
-            raise UsageError(f"--sequences: '{entry}' is not a folder; "
-                             f"expected {LAYOUT}, or a folder of them")
+            raise ArgumentError("sequences", sequences, f"'{entry}' is not "
+                                f"a folder; expected {LAYOUT}, or a folder "
+                                "of them")
         if is_sequence(entry):
             folders.append(entry)
             continue
         children = sorted(os.path.join(entry, n) for n in os.listdir(entry)
                           if is_sequence(os.path.join(entry, n)))
         if not children:
-            raise UsageError(f"--sequences: '{entry}' holds no sequence; "
-                             f"expected {LAYOUT}, or a folder of them")
+            raise ArgumentError("sequences", sequences, f"'{entry}' holds no "
+                                f"sequence; expected {LAYOUT}, or a folder "
+                                "of them")
         folders.extend(children)
     if not folders:
-        raise UsageError("--sequences: no sequence given")
+        raise ArgumentError("sequences", sequences, "no sequence given")
     return folders
 
 
@@ -107,14 +111,15 @@ def _read_rows(path, min_columns, what):
     return rows if rows.size else np.zeros((0, min_columns))
 
 
-def read_sequence(folder, require_detections=True):
+def read_sequence(folder, detections=True):
     """The :class:`Sequence` in ``folder``; UsageError naming what is
     missing or malformed.
 
     Without ``seqinfo.ini`` (MOT 1.1 as annotation tools export it:
     ``img1/`` and ``gt/gt.txt``), frame ``n`` is the n-th image of
-    ``img1/`` in name order. Without ``require_detections`` a sequence
-    without ``det/det.txt`` has ``detections`` None.
+    ``img1/`` in name order. With ``detections`` False, ``det/`` is not
+    opened (it may be absent or list frames that ``img1/`` lacks) and the
+    sequence's ``detections`` are None.
     """
     if os.path.isfile(os.path.join(folder, "seqinfo.ini")) or not \
             is_sequence(folder):
@@ -123,11 +128,14 @@ def read_sequence(folder, require_detections=True):
     else:
         name, image_dir, num_frames, image_shape, frame_paths = \
             _list_frames(folder)
-    det_path = os.path.join(folder, "det", "det.txt")
-    detections = None
-    if os.path.isfile(det_path):
-        detections = _read_rows(det_path, 7, "detection file")
-        missing = sorted({int(f) for f in detections[:, 0]
+    rows = None
+    if detections:
+        det_path = os.path.join(folder, "det", "det.txt")
+        if not os.path.isfile(det_path):
+            raise UsageError(f"sequence {name}: no '{det_path}'; expected "
+                             f"{LAYOUT}")
+        rows = _read_rows(det_path, 7, "detection file")
+        missing = sorted({int(f) for f in rows[:, 0]
                           if not 1 <= f <= num_frames
                           or not os.path.isfile(frame_paths[int(f) - 1])})
         if missing:
@@ -135,14 +143,11 @@ def read_sequence(folder, require_detections=True):
                 f"sequence {name}: {len(missing)} frames listed in "
                 f"'{det_path}' are missing from '{image_dir}' (e.g. frame "
                 f"{missing[0]})")
-    elif require_detections:
-        raise UsageError(f"sequence {name}: no '{det_path}'; expected "
-                         f"{LAYOUT}")
     gt_path = os.path.join(folder, "gt", "gt.txt")
     ground_truth = (_read_rows(gt_path, 6, "ground-truth file")
                     if os.path.isfile(gt_path) else None)
     return Sequence(name, folder, num_frames, image_shape, frame_paths,
-                    detections, ground_truth)
+                    rows, ground_truth)
 
 
 def _read_sequence_info(folder):
@@ -328,16 +333,16 @@ def detection_rows(sequence, source, min_confidence, nms_max_overlap):
     be considered (confidence 1)."""
     if source == "gt":
         if sequence.ground_truth is None:
-            raise UsageError(f"--detections=gt: sequence {sequence.name} "
-                             "has no gt/gt.txt")
+            raise ArgumentError("source", source, f"sequence "
+                                f"{sequence.name} has no gt/gt.txt")
         rows = sequence.ground_truth.copy()
         if rows.shape[1] > 7:  # MOT17: only pedestrians to be considered
             rows = rows[considered_pedestrians(rows)]
         rows[:, 6] = 1.0
         return rows[:, :7]
     if sequence.detections is None:
-        raise UsageError(f"--detections=det: sequence {sequence.name} has "
-                         "no det/det.txt")
+        raise ArgumentError("source", source, f"sequence {sequence.name} "
+                            "has no det/det.txt")
     rows = sequence.detections[sequence.detections[:, 6] >= min_confidence]
     kept = []
     for frame in np.unique(rows[:, 0]):

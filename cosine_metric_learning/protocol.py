@@ -17,7 +17,8 @@ from cosine_metric_learning import files
 from cosine_metric_learning import metrics, pictures, rerank
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import features as features_lib
-from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.errors import first_line
 
 # the numbers reported after re-ranking, under "rerank"
 RERANK_KEYS = tuple(f"rank-{k}" for k in metrics.RANKS) + (
@@ -103,7 +104,8 @@ def run_test(dataset, restore_path, dataset_dir, batch_size=128,
     if rerank_parameters is not None:
         problem = rerank.check(*rerank_parameters)
         if problem:
-            raise UsageError(f"--rerank: {problem}")
+            raise ArgumentError("rerank_parameters", rerank_parameters,
+                                problem)
     if output_json:
         files.check_output(output_json, RESULTS_JSON)
     if rank_image:
@@ -114,7 +116,8 @@ def run_test(dataset, restore_path, dataset_dir, batch_size=128,
         problem = rerank.check(*rerank_parameters, len(split.query_groups)
                                + len(split.gallery_groups))
         if problem:
-            raise UsageError(f"--rerank_k1: {problem}")
+            raise ArgumentError("rerank_parameters", rerank_parameters,
+                                problem)
     split, features, path = test_features(dataset, restore_path, dataset_dir,
                                           batch_size, flip_test,
                                           split=split, backend=backend,

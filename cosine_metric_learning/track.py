@@ -33,6 +33,9 @@ from cosine_metric_learning.errors import parse_flags
 from cosine_metric_learning.errors import report_errors
 
 FLAGS = flags.FLAGS
+# the flags of the library's arguments
+FLAG_NAMES = {"path": "--model", "sequences": "--sequences",
+              "source": "--detections"}
 NONE = "none"
 DEFAULTS = mot.DEFAULTS
 SWEEP_GATES = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
@@ -236,7 +239,8 @@ def main(argv):
     def run():
         mot.require_tracker()
         models = [m.strip() for m in FLAGS.model.split(",") if m.strip()]
-        sequences = [mot.read_sequence(f)
+        # ground-truth boxes need no det/det.txt
+        sequences = [mot.read_sequence(f, FLAGS.detections == "det")
                      for f in mot.find_sequences(FLAGS.sequences)]
         output_dir = FLAGS.output_dir
         summary_path = os.path.join(output_dir, "summary.json")
@@ -276,7 +280,7 @@ def main(argv):
         print(f"wrote {summary_path}")
         return 0
 
-    return report_errors(argv, run, {"path": "--model"})
+    return report_errors(argv, run, FLAG_NAMES)
 
 
 def define_flags():

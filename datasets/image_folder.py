@@ -34,7 +34,7 @@ import re
 import numpy as np
 
 from cosine_metric_learning import metrics, preprocessing
-from cosine_metric_learning.errors import UsageError
+from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.datasets import market1501, util
 
 LAYOUTS = ("auto", "identity_folders", "market")
@@ -65,8 +65,8 @@ def read_image_folder(root, layout="auto", camera_regex=None):
     """
     util.require_dir(root, "image folder", LAYOUT_TEXT)
     if layout not in LAYOUTS:
-        raise UsageError(f"--layout={layout}: expected one of "
-                         f"{', '.join(LAYOUTS)}")
+        raise ArgumentError("layout", layout,
+                            f"expected one of {', '.join(LAYOUTS)}")
     layout = _resolve_layout(root, layout)
     if layout == "market":
         filenames, raw_ids, cameras = market1501.read_split_to_str(root)
@@ -123,8 +123,8 @@ def read_test_protocol(root, layout="auto", camera_regex=None,
         (unless ``min_frame_gap`` is 0), and when no query has a good match.
     """
     if min_frame_gap < 0:
-        raise UsageError(f"--min_frame_gap={min_frame_gap}: expected 0 or "
-                         "more frames")
+        raise ArgumentError("min_frame_gap", min_frame_gap,
+                            "expected 0 or more frames")
     split = read_image_folder(root, layout, camera_regex)
     layout = _resolve_layout(root, layout)
     frames = [frame_number(f, layout) for f in split.filenames]
@@ -172,10 +172,10 @@ def _read_identity_folders(root, camera_regex):
         try:
             pattern = re.compile(camera_regex)
         except re.error as e:
-            raise UsageError(f"--camera_regex={camera_regex}: {e}") from e
+            raise ArgumentError("camera_regex", camera_regex, str(e)) from e
         if pattern.groups != 1:
-            raise UsageError(f"--camera_regex={camera_regex}: expected one "
-                             "group, the camera")
+            raise ArgumentError("camera_regex", camera_regex,
+                                "expected one group, the camera")
     filenames, names, camera_names = [], [], []
     for identity in sorted(os.listdir(root)):
         folder = os.path.join(root, identity)

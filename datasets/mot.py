@@ -37,7 +37,8 @@ from absl import app, flags, logging
 from PIL import Image
 
 from cosine_metric_learning import files, mot
-from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.errors import parse_flags, report_errors
 
 # MOT17's pedestrian class; gt.txt's columns
@@ -212,14 +213,16 @@ def convert(sequence_folders, output_dir, **filters):
     filters = {**DEFAULTS, **filters}
     check_filters(**filters)
     files.check_output(output_dir, OUTPUT)  # before reading anything
-    sequences = [mot.read_sequence(f, require_detections=False)
+    # only img1/ and gt/gt.txt are read: det/ may be absent, or list
+    # frames that were not kept
+    sequences = [mot.read_sequence(f, detections=False)
                  for f in sequence_folders]
     names = [s.name for s in sequences]
     repeated = {n for n in names if names.count(n) > 1}
     if repeated:
-        raise UsageError(f"--sequences: two sequences are named "
-                         f"{sorted(repeated)[0]}; their crops would share "
-                         "folders")
+        raise ArgumentError(
+            "sequence_folders", sequence_folders, "two sequences are named "
+            f"{sorted(repeated)[0]}; their crops would share folders")
     manifest = {"sources": [], "filters": {
         k: (list(v) if isinstance(v, tuple) else v)
         for k, v in filters.items()},
@@ -227,16 +230,29 @@ def convert(sequence_folders, output_dir, **filters):
     selected = []
     for sequence in sequences:
         rows = _check_rows(sequence)
-        crops, counts = select_boxes(
-            rows, sequence.image_shape,
-            lambda frame, s=sequence: 1 <= frame <= s.num_frames
-            and os.path.isfile(s.frame_paths[frame - 1]), **filters)
+        exists = {}
+
+        def frame_exists(frame, s=sequence):
+            if frame not in exists:
+                exists[frame] = 1 <= frame <= s.num_frames and \
+                    os.path.isfile(s.frame_paths[frame - 1])
+            return exists[frame]
+
+        crops, counts = select_boxes(rows, sequence.image_shape,
+                                     frame_exists, **filters)
+        missing = sorted(f for f, there in exists.items() if not there)
+        if missing:
+            logging.warning(
+                "%s: %d frames of gt/gt.txt are missing from img1/ (e.g. "
+                "frame %d): their %d boxes are skipped", sequence.name,
+                len(missing), missing[0], counts["frame_missing"])
         selected.append((sequence, crops))
         tracks = collections.Counter(track for track, _, _ in crops)
         manifest["sources"].append({
             "sequence": sequence.name, "path": os.path.abspath(sequence.path),
             "boxes": len(rows), "kept": len(crops),
-            "identities": len(tracks), "dropped": counts})
+            "identities": len(tracks), "missing_frames": len(missing),
+            "dropped": counts})
         manifest["counts"]["kept"] += len(crops)
         for reason, count in counts.items():
             manifest["counts"][reason] += count
@@ -246,8 +262,8 @@ def convert(sequence_folders, output_dir, **filters):
     if not manifest["identities"]:
         raise UsageError(
             "no track has two crops left after the filters ("
-            + _dropped_text(manifest["counts"]) + "); loosen --classes, "
-            "--min_visibility, --min_height or --frame_stride")
+            + _dropped_text(manifest["counts"]) + "); loosen the filters "
+            "classes, min_visibility, min_height or frame_stride")
 
     def write(tmp):
         for sequence, crops in selected:
@@ -268,9 +284,12 @@ def format_report(manifest, output_dir):
     """What was kept and dropped, per sequence and in total."""
     lines = []
     for source in manifest["sources"]:
+        missing = source["missing_frames"]
         lines.append(f"{source['sequence']}: {source['kept']} of "
                      f"{source['boxes']} boxes kept, "
-                     f"{source['identities']} identities")
+                     f"{source['identities']} identities" + (
+                         f" ({missing} frames of gt.txt missing from img1/)"
+                         if missing else ""))
     counts = manifest["counts"]
     total = sum(counts.values())
     lines.append(f"kept {counts['kept']} of {total} boxes as "
@@ -293,17 +312,22 @@ def parse_classes(text):
     return classes
 
 
-def check_filters(min_visibility, min_height, frame_stride, **_):
-    """UsageError naming the flag of a filter value out of its range."""
+def check_filters(min_visibility, min_height, frame_stride, classes=None):
+    """ArgumentError naming a filter value out of its range."""
     if not math.isfinite(min_visibility) or not 0 <= min_visibility <= 1:
-        raise UsageError(f"--min_visibility={min_visibility}: expected a "
-                         "fraction from 0 to 1")
+        raise ArgumentError("min_visibility", min_visibility,
+                            "expected a fraction from 0 to 1")
     if min_height < 0:
-        raise UsageError(f"--min_height={min_height}: expected 0 or more "
-                         "pixels")
+        raise ArgumentError("min_height", min_height,
+                            "expected 0 or more pixels")
     if frame_stride < 1:
-        raise UsageError(f"--frame_stride={frame_stride}: expected at least "
-                         "1 (every frame)")
+        raise ArgumentError("frame_stride", frame_stride,
+                            "expected at least 1 (every frame)")
+    if classes is not None and (not classes or not all(
+            isinstance(c, (int, np.integer)) for c in classes)):
+        raise ArgumentError("classes", classes, "expected a tuple of class "
+                            "numbers (MOT17: 1 is a pedestrian), or None "
+                            "for every class")
 
 
 def main(argv):
@@ -316,10 +340,15 @@ def main(argv):
         print(format_report(manifest, FLAGS.output_dir))
         return 0
 
-    return report_errors(argv, run, {})
+    return report_errors(argv, run, FLAG_NAMES)
 
 
 FLAGS = flags.FLAGS
+# the command's flags for convert()'s arguments
+FLAG_NAMES = {"sequences": "--sequences", "sequence_folders": "--sequences",
+              "output_dir": "--output_dir",
+              "classes": "--classes", "min_visibility": "--min_visibility",
+              "min_height": "--min_height", "frame_stride": "--frame_stride"}
 
 
 def define_flags():

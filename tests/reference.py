@@ -155,3 +155,31 @@ def rerank_reference(query, gallery, metric, k1, k2, lambda_value):
             a, b = v[i], v[nq + j]
             jaccard[i, j] = 1 - np.minimum(a, b).sum() / np.maximum(a, b).sum()
     return (1 - lambda_value) * jaccard + lambda_value * d[:nq, nq:]
+
+
+def rank1_interval(distances, moves, q_ids, g_ids, q_cams, g_cams):
+    """The queries whose first match is certainly right, and those that
+    may go either way, when each query-gallery distance may move by up to
+    ``moves`` (same shape) in either direction, under the Market-1501
+    kit's junk rule: ``(certain, uncertain, number of queries)``.
+
+    A query is certain when even its worst-moved good match comes before
+    its best-moved wrong one (and the other way round for a certain
+    miss); equal bounds count as uncertain."""
+    certain = uncertain = counted = 0
+    for q in range(len(q_ids)):
+        junk = (g_ids == -1) | ((g_ids == q_ids[q]) & (g_cams == q_cams[q]))
+        good = (g_ids == q_ids[q]) & ~junk
+        bad = ~good & ~junk
+        if not good.any():
+            continue
+        counted += 1
+        if not bad.any():
+            certain += 1
+            continue
+        d, m = distances[q], moves[q]
+        if (d + m)[good].min() < (d - m)[bad].min():
+            certain += 1
+        elif not (d + m)[bad].min() < (d - m)[good].min():
+            uncertain += 1
+    return certain, uncertain, counted

@@ -62,7 +62,7 @@ def test_bad_folders_and_settings(tmp_path, own_dir):
         image_folder.read_image_folder(str(single))
     with pytest.raises(UsageError, match="expected one group"):
         image_folder.read_image_folder(own_dir, camera_regex=r"c\d")
-    with pytest.raises(UsageError, match="--layout=zip"):
+    with pytest.raises(UsageError, match="layout='zip'"):
         image_folder.read_image_folder(own_dir, layout="zip")
     with pytest.raises(UsageError, match="at least 8"):
         settings.parse_image_shape("4,64")

@@ -18,7 +18,7 @@ from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.nets.deep_sort import network_definition
 from tests.conftest import WITHOUT_VNNI, one_error_line, run_script
-from tests.reference import keras_features
+from tests.reference import keras_features, kit_reference, rank1_interval
 
 pytestmark = pytest.mark.slow
 
@@ -179,80 +179,81 @@ def cli_exports(trained, market_dir, tmp_path_factory):
 
 
 @pytest.mark.parametrize("isa", ["native", "without VNNI"])
-def test_int8_is_close_to_float32_and_unit_length(isa, exports, cli_exports,
-                                                  market_dir, tmp_path):
-    """On this processor's kernels and on the AVX2 kernels of processors
-    without VNNI (where 8-bit weights saturate the 16-bit sums), in a
-    process of its own: the runtimes read the cap when they start."""
-    _, int8_onnx, int8_xml, tflite, int8_tflite = cli_exports
-    held_out = _crops(os.path.join(market_dir, "query"), 32, seed=2)
-    patches = np.concatenate([held_out, np.zeros((1, 128, 64, 3), np.uint8)])
-    np.save(tmp_path / "patches.npy", patches)
-    models = [f"{int8_xml}:auto", f"{int8_onnx}:auto",
-              f"{int8_onnx}:openvino", f"{exports[0]}:openvino",
-              f"{tflite}:auto", f"{int8_tflite}:auto"]
-    result = run_script("-m", "tests.helpers.int8_features", exports[1],
-                        str(tmp_path / "patches.npy"), *models,
+def test_test_mode_measures_the_exported_models(isa, trained, exports,
+                                                cli_exports, market_dir,
+                                                tmp_path):
+    """Every export, float and int8, measured by ``--mode=test`` on this
+    processor's kernels and on the AVX2 kernels of processors without VNNI
+    (where 8-bit weights saturate the 16-bit sums), in a process of its
+    own: the runtimes read the cap when they start.
+
+    What each export must keep is its features: float exports the
+    checkpoint's (cosine >= 0.9999), int8 ones within the quantisation's
+    error (cosine >= 0.99), all unit-length. Its rank-1 and mAP are not
+    bounded by a fixed margin: on 20 queries one query is 0.05, and an
+    int8 model may reorder near-ties. Instead the numbers ``--mode=test``
+    reports must be the reference metrics of the export's own features,
+    and its rank-1 can differ from the checkpoint's only by the queries
+    whose first match is within the features' movement of a wrong one
+    (:func:`tests.reference.rank1_interval`).
+    """
+    checkpoint, _ = trained
+    onnx, int8_onnx, int8_xml, tflite, int8_tflite = cli_exports
+    int8 = [f"{int8_xml}:auto", f"{int8_onnx}:auto",
+            f"{int8_onnx}:openvino", f"{int8_tflite}:auto"]
+    floats = [f"{onnx}:auto", f"{onnx}:openvino", f"{exports[1]}:auto",
+              f"{tflite}:auto"]
+    npz = tmp_path / "features.npz"
+    result = run_script("-m", "tests.helpers.int8_features", market_dir,
+                        str(npz), checkpoint, *floats, *int8,
                         env=WITHOUT_VNNI if isa != "native" else None)
     assert result.returncode == 0, result.stderr[-3000:]
-    features = json.loads(result.stdout.splitlines()[-1])
-    for model in ["float"] + models:
-        cosines = np.array(features[model]["cosines"])
-        norms = np.array(features[model]["norms"])
+    models = json.loads(result.stdout.splitlines()[-1])
+    features = np.load(npz)
+    split = MARKET.read_test(market_dir)
+    labels = dict(q_ids=np.asarray(split.query_ids),
+                  g_ids=np.asarray(split.gallery_ids),
+                  q_cams=np.asarray(split.query_cameras),
+                  g_cams=np.asarray(split.gallery_cameras))
+    queries = [g[0] for g in split.query_groups]  # one image each
+    gallery = [g[0] for g in split.gallery_groups]
+    unit = {}
+    for index, model in enumerate(models):
+        values = features[str(index)].astype(np.float64)
+        norms = np.linalg.norm(values, axis=1)
         # the black patch too: every model returns unit-length features
-        assert np.abs(norms - 1.0).max() <= 1e-3, (model, norms)
-        assert cosines[:-1].min() >= 0.99, (model, cosines)
+        assert np.abs(norms - 1.0).max() <= 1e-3, (model["model"], norms)
+        assert abs(model["black_norm"] - 1.0) <= 1e-3, model
+        unit[index] = values / norms[:, None]
+    reference = unit[0]
+    for index, model in enumerate(models):
+        name, numbers = model["model"], model["numbers"]
+        values = unit[index]
+        cosines = np.sum(values * reference, axis=1)
+        assert cosines.min() >= (0.99 if model["model"] in int8
+                                 else 0.9999), (name, cosines.min())
+        # --mode=test measured this model: its numbers are the kit's loop
+        # over its own features
+        distances = 1.0 - values[queries] @ values[gallery].T
+        expected = kit_reference(distances, ranks=(1, 5), **labels)
+        for key in ("rank-1", "rank-5", "mAP", "num_queries"):
+            assert numbers[key] == pytest.approx(expected[key], abs=1e-9), \
+                (name, key)
+        # and its rank-1 is where the features' movement allows: a distance
+        # between unit vectors moves by at most the two vectors' movements
+        moved = np.linalg.norm(values - reference, axis=1)
+        certain, uncertain, count = rank1_interval(
+            1.0 - reference[queries] @ reference[gallery].T,
+            moved[queries][:, None] + moved[gallery][None, :], **labels)
+        assert count == numbers["num_queries"] == 20
+        hits = round(numbers["rank-1"] * count)
+        assert certain <= hits <= certain + uncertain, (name, certain,
+                                                        uncertain, hits)
     # int8 weights: the files are far smaller than the float32 ones
     assert os.path.getsize(int8_xml[:-4] + ".bin") < 0.5 * os.path.getsize(
         exports[1][:-4] + ".bin")
     assert os.path.getsize(int8_onnx) < 0.5 * os.path.getsize(exports[0])
     assert os.path.getsize(int8_tflite) < 0.5 * os.path.getsize(tflite)
-
-
-def test_test_mode_measures_the_exported_models(trained, cli_exports,
-                                                market_dir, tmp_path):
-    checkpoint, _ = trained
-    onnx, int8_onnx, int8, tflite, int8_tflite = cli_exports
-    # in this process: the entry point passes --restore_path and --backend
-    # to run_test
-    numbers = {name: protocol.run_test(MARKET, model, market_dir,
-                                       backend=backend)
-               for name, model, backend in (
-                   ("checkpoint", checkpoint, "auto"),
-                   ("onnx", onnx, "auto"),
-                   ("onnx on openvino", onnx, "openvino"),
-                   ("int8", int8, "auto"),
-                   ("int8 onnx", int8_onnx, "auto"),
-                   ("tflite", tflite, "auto"),
-                   ("int8 tflite", int8_tflite, "auto"))}
-    for name in ("onnx", "onnx on openvino", "tflite"):
-        for key in ("rank-1", "rank-5", "mAP"):
-            assert numbers[name][key] == pytest.approx(
-                numbers["checkpoint"][key], abs=1e-6), (name, key)
-    for name in ("int8", "int8 tflite"):
-        for key in ("rank-1", "mAP"):
-            assert abs(numbers[name][key] - numbers["checkpoint"][key]) \
-                <= 0.02, (name, key, numbers)
-    # the int8 ONNX: at most one query changes its first match, mAP within
-    # 3 points (20 queries, and this network's margins are small: its mAP
-    # is about 2 points off with 100 calibration images; on the demo's
-    # trained model it is within a point: make demo)
-    one_query = 1 / numbers["checkpoint"]["num_queries"]
-    assert abs(numbers["int8 onnx"]["rank-1"] -
-               numbers["checkpoint"]["rank-1"]) <= one_query + 1e-9, numbers
-    assert abs(numbers["int8 onnx"]["mAP"] - numbers["checkpoint"]["mAP"]) \
-        <= 0.03, numbers
-    assert numbers["checkpoint"]["rank-1"] > 0.2  # far from chance (0.1)
-    # the OpenVINO int8 model keeps its bound on processors without VNNI
-    json_path = tmp_path / "int8_without_vnni.json"
-    result = run_script("train_market1501.py", "--mode=test",
-                        f"--dataset_dir={market_dir}", f"--restore_path={int8}",
-                        f"--output_json={json_path}", env=WITHOUT_VNNI)
-    assert result.returncode == 0, result.stderr[-3000:]
-    without_vnni = json.loads(json_path.read_text())
-    for key in ("rank-1", "mAP"):
-        assert abs(without_vnni[key] - numbers["checkpoint"][key]) <= 0.02, \
-            (key, without_vnni[key], numbers["checkpoint"][key])
 
 
 # Bad input ----------------------------------------------------------------

@@ -359,8 +359,8 @@ def test_evaluator_skips_an_unreadable_checkpoint_and_goes_on(
     config = settings.EvalConfig(
         dataset_dir=market_dir, log_dir=str(tmp_path / "logs"), run_id="run",
         eval_log_dir=str(tmp_path / "eval"), batch_size=64,
-        # the timeout counts from the last evaluation's start: long enough
-        # for a slow evaluation on a busy machine before ckpt-0's retries
+        # the timeout counts from the end of the last evaluation: ckpt-0's
+        # retries, 0.05 s apart, come long before it however slow that was
         eval_interval_secs=0.05, eval_timeout_secs=10)
     with caplog.at_level("WARNING"):
         results = evaluator.evaluate_checkpoints(MARKET, config)

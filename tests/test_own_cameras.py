@@ -97,12 +97,25 @@ def _expected_counts(reasons):
 
 def test_the_converter_keeps_exactly_what_its_filters_keep(hand_made,
                                                            tmp_path):
+    # the converter reads gt/gt.txt and img1/ only: a det.txt that lists
+    # frames missing from img1/, and cannot be parsed, is never opened
+    os.makedirs(os.path.join(hand_made, "det"))
+    with open(os.path.join(hand_made, "det", "det.txt"), "w") as f:
+        f.write("8,-1,60,60,20,40,0.9,-1,-1,-1\nnot a detection\n")
     output = tmp_path / "people"
     result = run_script("-m", "cosine_metric_learning.datasets.mot",
                         f"--sequences={hand_made}", f"--output_dir={output}")
     assert result.returncode == 0, result.stderr[-2000:]
+    # frames 8 (removed) and 9 (past the end): one warning, counted
+    warnings = [line for line in result.stderr.splitlines()
+                if "missing from img1/" in line]
+    assert len(warnings) == 1 and warnings[0].endswith(
+        "HAND-01: 2 frames of gt/gt.txt are missing from img1/ (e.g. frame "
+        "8): their 2 boxes are skipped"), result.stderr[-2000:]
     kept = {(f"HAND-01_{row[1]}", f"{row[0]:06d}.jpg")
             for row, reason in ROWS if reason is None}
+    assert f"HAND-01: {len(kept)} of {len(ROWS)} boxes kept, 4 identities " \
+        "(2 frames of gt.txt missing from img1/)" in result.stdout
     written = {(identity, name) for identity in os.listdir(output)
                if os.path.isdir(output / identity)
                for name in os.listdir(output / identity)}
@@ -176,6 +189,10 @@ def test_bad_annotations_and_outputs_are_one_line(hand_made, tmp_path):
     one_error_line(run_script(*convert, f"--output_dir={mine}"),
                    "refusing to replace", str(mine))
     assert os.listdir(mine) == ["notes.txt"]
+    # the command names its flags
+    one_error_line(run_script(*convert, f"--output_dir={tmp_path / 'new'}",
+                              "--min_height=-1"),
+                   "--min_height=-1: expected 0 or more pixels")
 
     # bad annotations and filters (in this process: the command turns
     # these errors into one line, as above)
@@ -188,8 +205,11 @@ def test_bad_annotations_and_outputs_are_one_line(hand_made, tmp_path):
     for sequence, filters, message in (
             (short, {}, "gt/gt.txt has 6 columns; expected 9"),
             (text, {}, "cannot read ground-truth file"),
-            (hand_made, {"min_visibility": 1.5}, "--min_visibility=1.5"),
-            (hand_made, {"frame_stride": 0}, "--frame_stride=0"),
+            # a Python caller is told its arguments' names
+            (hand_made, {"min_visibility": 1.5}, "min_visibility=1.5:"),
+            (hand_made, {"frame_stride": 0}, "frame_stride=0:"),
+            (hand_made, {"min_height": -1}, "min_height=-1: expected 0"),
+            (hand_made, {"classes": ()}, "classes=(): expected"),
             (hand_made, {"min_height": 500}, "no track has two crops")):
         with pytest.raises(UsageError, match=re.escape(message)):
             mot_crops.convert([str(sequence)], out, **filters)

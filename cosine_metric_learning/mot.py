@@ -327,13 +327,17 @@ def considered_pedestrians(rows):
     return (rows[:, 6] != 0) & (rows[:, 7] == 1)
 
 
-def detection_rows(sequence, source, min_confidence, nms_max_overlap):
+def detection_rows(sequence, detections, min_confidence, nms_max_overlap):
     """The rows the tracker sees: ``det.txt`` above ``min_confidence``
     after non-maximum suppression per frame, or the ground-truth boxes to
-    be considered (confidence 1)."""
-    if source == "gt":
+    be considered (confidence 1): ``detections`` is "det" or "gt"."""
+    if detections not in ("det", "gt"):
+        raise ArgumentError("detections", detections, "expected 'det' (the "
+                            "sequence's det/det.txt) or 'gt' (its ground "
+                            "truth)")
+    if detections == "gt":
         if sequence.ground_truth is None:
-            raise ArgumentError("source", source, f"sequence "
+            raise ArgumentError("detections", detections, f"sequence "
                                 f"{sequence.name} has no gt/gt.txt")
         rows = sequence.ground_truth.copy()
         if rows.shape[1] > 7:  # MOT17: only pedestrians to be considered
@@ -341,8 +345,8 @@ def detection_rows(sequence, source, min_confidence, nms_max_overlap):
         rows[:, 6] = 1.0
         return rows[:, :7]
     if sequence.detections is None:
-        raise ArgumentError("source", source, f"sequence {sequence.name} "
-                            "has no det/det.txt")
+        raise ArgumentError("detections", detections, f"sequence "
+                            f"{sequence.name} has no det/det.txt")
     rows = sequence.detections[sequence.detections[:, 6] >= min_confidence]
     kept = []
     for frame in np.unique(rows[:, 0]):

@@ -35,7 +35,7 @@ from cosine_metric_learning.errors import report_errors
 FLAGS = flags.FLAGS
 # the flags of the library's arguments
 FLAG_NAMES = {"path": "--model", "sequences": "--sequences",
-              "source": "--detections"}
+              "detections": "--detections"}
 NONE = "none"
 DEFAULTS = mot.DEFAULTS
 SWEEP_GATES = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)

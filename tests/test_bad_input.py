@@ -110,7 +110,8 @@ def test_exporters_replace_only_their_own_kind(run, tmp_path):
     export.write_encoder_checkpoint(encoder, str(prefix))
     export.write_encoder_checkpoint(encoder, str(prefix))  # its own
     assert encoder_lib.load(str(prefix)).feature_dim == 128
-    with pytest.raises(UsageError, match="is a folder"):
+    with pytest.raises(UsageError, match="prefix='.*': a folder; expected "
+                       "a checkpoint prefix"):
         export.write_encoder_checkpoint(encoder, str(tmp_path))
 
 

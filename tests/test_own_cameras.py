@@ -318,11 +318,16 @@ def test_frame_numbers_come_from_the_names(tmp_path):
 def test_train_on_converted_sequences_and_test_on_held_out_people(tmp_path):
     """Tracks of synthetic sequences train the descriptor; on the tracks
     of held-out people the trained model ranks better than the untrained
-    network."""
+    network.
+
+    The margin follows from the spread: three runs of exactly this gave
+    mAP 0.50-0.54 untrained and 0.74-0.76 trained on these 32 queries
+    (gains 0.21-0.24); at 150 steps and 16 queries the gain ranged from
+    0.07 to 0.27, too close to any margin worth asserting."""
     for seed in range(6):
         synthetic.write_mot_sequence(str(tmp_path / "train_seqs"),
                                      seed=100 + seed, name=f"TRAIN-{seed}")
-    for seed in range(2):
+    for seed in range(4):
         synthetic.write_mot_sequence(str(tmp_path / "test_seqs"),
                                      seed=200 + seed, name=f"TEST-{seed}")
     for part in ("train", "test"):
@@ -332,10 +337,10 @@ def test_train_on_converted_sequences_and_test_on_held_out_people(tmp_path):
            "--run_id=own")
     result = run_script(*run, f"--dataset_dir={tmp_path / 'train'}",
                         "--image_shape=64,32", "--batch_size=32",
-                        "--number_of_steps=150", timeout=600)
+                        "--number_of_steps=300", timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     scores = {}
-    for checkpoint in ("ckpt-0", "ckpt-150"):
+    for checkpoint in ("ckpt-0", "ckpt-300"):
         output = tmp_path / f"{checkpoint}.json"
         result = run_script(
             "train_custom.py", "--mode=test",
@@ -343,9 +348,9 @@ def test_train_on_converted_sequences_and_test_on_held_out_people(tmp_path):
             f"--restore_path={tmp_path / 'runs' / 'own' / checkpoint}",
             f"--output_json={output}", "--batch_size=64")
         assert result.returncode == 0, result.stderr[-2000:]
-        assert "custom test, 16 queries" in result.stdout
+        assert "custom test, 32 queries" in result.stdout
         scores[checkpoint] = json.loads(output.read_text())["mAP"]
-    assert scores["ckpt-150"] > scores["ckpt-0"] + 0.05, scores
+    assert scores["ckpt-300"] > scores["ckpt-0"] + 0.1, scores
     # the held-out folder has no kit of its own
     custom = DatasetSpec("custom", 0, None, ".",
                          read_test=image_folder.read_test_protocol)

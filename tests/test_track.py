@@ -162,10 +162,20 @@ def test_bad_sequences_are_one_line_and_nothing_is_replaced(
     with pytest.raises(UsageError, match=r"frames listed in .* are missing "
                        r"from .*img1.* \(e.g. frame 3\)"):
         mot.read_sequence(str(broken))
+    # without its detections the sequence does not open det/ at all
+    sequence = mot.read_sequence(str(broken), detections=False)
+    assert sequence.detections is None and sequence.ground_truth is not None
+    # a Python caller is told its arguments' names
+    with pytest.raises(UsageError, match="detections='det': sequence "
+                       "SYNTH-01 has no det/det.txt"):
+        mot.detection_rows(sequence, "det", 0.3, 1.0)
+    with pytest.raises(UsageError, match="detections='dets': expected"):
+        mot.detection_rows(sequence, "dets", 0.3, 1.0)
     shutil.rmtree(broken / "img1")
     with pytest.raises(UsageError, match="img1' is not a folder"):
         mot.read_sequence(str(broken))
-    with pytest.raises(UsageError, match="holds no sequence"):
+    with pytest.raises(UsageError, match="sequences='.*det': '.*det' "
+                       "holds no sequence"):
         mot.find_sequences(str(tmp_path / "broken" / "det"))
     # an output folder with a summary.json of someone else's
     mine = tmp_path / "mine"
@@ -192,6 +202,17 @@ def test_a_sequence_without_ground_truth_is_tracked_not_scored(
     run = summary["models"]["none"]["runs"][0]
     assert run["metrics"] == {}
     assert os.path.getsize(os.path.join(run["results"], "SYNTH-01.txt")) > 0
+    # tracking the ground-truth boxes needs no det/, and a missing one is
+    # told by its flag
+    shutil.copytree(sequence_dir, tmp_path / "NODET-01")
+    shutil.rmtree(tmp_path / "NODET-01" / "det")
+    result = run_script("-m", "cosine_metric_learning.track", "--model=none",
+                        f"--sequences={tmp_path / 'NODET-01'}",
+                        "--detections=gt", f"--output_dir={tmp_path / 'gt'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "gt" / "summary.json").read_text())
+    assert summary["models"]["none"]["runs"][0]["metrics"]["SYNTH-01"][
+        "IDF1"] > 0
 
 
 def test_the_evaluator_tracks_each_checkpoint(market_dir, sequence_dir,

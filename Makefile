@@ -21,8 +21,9 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 
 install: $(VENV)/.installed
 
+# the slowest tests are listed at the end, to keep the suite's time in view
 test: install
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # The evaluator runs beside training, on the CPU, as it would beside a GPU
 # run: it evaluates every checkpoint and stops after the last step's.

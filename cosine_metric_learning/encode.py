@@ -26,7 +26,8 @@ from absl import app, flags, logging
 from cosine_metric_learning import cli
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files, preprocessing, settings
-from cosine_metric_learning.errors import UsageError, first_line
+from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.errors import parse_flags, report_errors
 
 def list_images(pattern):
@@ -37,10 +38,10 @@ def list_images(pattern):
     else:
         paths = [f for f in glob.glob(pattern) if os.path.isfile(f)]
     if not paths:
-        raise UsageError(f"--images={pattern}: no image files found "
-                         f"(expected a folder or a glob of "
-                         f"{'/'.join(preprocessing.IMAGE_EXTENSIONS)} "
-                         "files)")
+        raise ArgumentError("pattern", pattern, "no image files found "
+                            "(expected a folder or a glob of "
+                            f"{'/'.join(preprocessing.IMAGE_EXTENSIONS)} "
+                            "files)")
     return sorted(paths)
 
 
@@ -106,33 +107,33 @@ def _names_kind(npy_path):
                       "it)", lambda _: _is_feature_pair(npy_path))
 
 
-def _outputs(path):
-    """``[(file, kind)]`` that ``--output=path`` writes."""
-    extension = os.path.splitext(path)[1]
+def _outputs(output):
+    """``[(file, kind)]`` that writing to ``output`` writes."""
+    extension = os.path.splitext(output)[1]
     if extension == ".npy":
-        return [(path, FEATURES_NPY),
-                (_names_path(path), _names_kind(path))]
+        return [(output, FEATURES_NPY),
+                (_names_path(output), _names_kind(output))]
     if extension == ".mat":
-        return [(path, FEATURES_MAT)]
-    raise UsageError(f"--output={path}: expected a .npy or .mat file name")
+        return [(output, FEATURES_MAT)]
+    raise ArgumentError("output", output, "expected a .npy or .mat file name")
 
 
-def check_output(path):
+def check_output(output):
     """Refuse an output path that cannot be written, before any work."""
-    for name, kind in _outputs(path):
+    for name, kind in _outputs(output):
         files.check_output(name, kind)
 
 
-def write_features(path, features, names):
+def write_features(output, features, names):
     """Write ``.npy`` (+ file names beside it) or ``.mat``; returns paths."""
-    outputs = _outputs(path)
+    outputs = _outputs(output)
     if len(outputs) == 2:
         (npy, npy_kind), (names_path, names_kind) = outputs
         return files.write_together([
             (npy, lambda f: np.save(f, features), npy_kind, True),
             (names_path, lambda f: f.write(
                 "".join(name + "\n" for name in names)), names_kind, False)])
-    return [files.write_atomically(path, lambda f: scipy.io.savemat(
+    return [files.write_atomically(output, lambda f: scipy.io.savemat(
         f, {"features": features,
             "filenames": np.asarray(names, dtype=object)}), FEATURES_MAT,
         binary=True)]
@@ -155,7 +156,8 @@ def main(argv):
 
 # the flags the library's arguments come from, for its messages
 FLAG_NAMES = {"path": "--model", "backend": "--backend",
-              "image_shape": "--image_shape"}
+              "image_shape": "--image_shape", "pattern": "--images",
+              "output": "--output"}
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ import tensorflow as tf
 from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import checkpoints, encode, evaluator, export
+from cosine_metric_learning import checkpoints, deploy, encode, evaluator
+from cosine_metric_learning import export
 from cosine_metric_learning import files, protocol, training
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.datasets import synthetic
@@ -548,7 +549,20 @@ def test_the_library_names_its_arguments_and_the_command_its_flags(
     result = run_script("-m", "cosine_metric_learning.encode",
                         f"--model={missing}", f"--images={tmp_path}",
                         f"--output={tmp_path / 'f.npy'}")
-    one_error_line(result, "--images=")  # no image there: checked first
+    # no image there: checked first, and named by its flag
+    one_error_line(result, f"--images={tmp_path}: no image files found")
+    with pytest.raises(UsageError, match=r"^pattern='.*': no image files"):
+        encode.list_images(str(tmp_path))
+    with pytest.raises(UsageError, match=r"^output='f.txt': expected a "
+                       r"\.npy or \.mat"):
+        encode.check_output("f.txt")
+    with pytest.raises(UsageError, match=r"^output='m.onnx.bin': expected "
+                       "a file name ending in .onnx"):
+        deploy.check_onnx_output("m.onnx.bin")
+    with pytest.raises(UsageError, match=r"^rerank_parameters=\(0, 6, "
+                       r"0.3\): k1=0"):
+        protocol.run_test(MARKET, missing, market_dir,
+                          rerank_parameters=(0, 6, 0.3))
     Image.new("RGB", (64, 128)).save(tmp_path / "a.png")
     result = run_script("-m", "cosine_metric_learning.encode",
                         f"--model={missing}", f"--images={tmp_path}",
@@ -559,3 +573,8 @@ def test_the_library_names_its_arguments_and_the_command_its_flags(
                         f"--restore_path={missing}")
     assert one_error_line(result) == \
         f"error: --restore_path={missing}: no such file"
+    result = run_script("train_market1501.py", "--mode=test",
+                        f"--dataset_dir={market_dir}",
+                        f"--restore_path={missing}", "--rerank",
+                        "--rerank_k1=0")
+    assert one_error_line(result).startswith("error: --rerank: k1=0, k2=6")

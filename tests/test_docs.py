@@ -5,6 +5,7 @@ make target and variable is the Makefile's, every extra is setup.cfg's,
 and every Python example compiles and imports names that exist."""
 
 import ast
+import concurrent.futures
 import configparser
 import glob
 import importlib
@@ -77,8 +78,21 @@ def _commands(path):
                     argv.append(word)
 
 
+def _inline_commands(path):
+    """``(where, argv)`` of the commands in the file's inline code
+    (`` `python ...` ``, `` `make ...` ``), which may wrap lines."""
+    text = open(path).read()
+    text = re.sub(r"^ *```.*?^ *```", lambda m: "\n" * m.group(0).count(
+        "\n"), text, flags=re.M | re.S)
+    for match in re.finditer(r"`((?:python3?|make) [^`]+)`", text):
+        where = f"{os.path.relpath(path, ROOT)}:" \
+                f"{text[:match.start()].count(chr(10)) + 1}"
+        yield where, shlex.split(match.group(1).replace("\n", " "))
+
+
 def _all_commands():
-    return [c for path in DOCS for c in _commands(path)]
+    return [c for path in DOCS
+            for c in (*_commands(path), *_inline_commands(path))]
 
 
 def _entry_point(argv):
@@ -106,8 +120,8 @@ def _defined_flags(entry):
         result = run("--help")
         assert result.returncode == 0, (entry, result.stderr[-2000:])
     flags = {}
-    for match in re.finditer(r"^\s+--(\[no\])?([\w-]+)", result.stdout,
-                             re.M):
+    for match in re.finditer(r"^\s+(?:-\S+,)?--(\[no\])?([\w-]+)",
+                             result.stdout, re.M):
         flags[match.group(2)] = bool(match.group(1))
     return flags
 
@@ -125,7 +139,7 @@ def test_every_command_names_an_entry_point_and_its_flags():
     extras = configparser.ConfigParser()
     extras.read(os.path.join(ROOT, "setup.cfg"))
     extras = set(extras["options.extras_require"])
-    flags_of, problems = {}, []
+    problems, checked = [], []
     for where, argv in _all_commands():
         entry, arguments = _entry_point(argv)
         if entry == "make":
@@ -148,11 +162,17 @@ def test_every_command_names_an_entry_point_and_its_flags():
             if not os.path.isfile(os.path.join(ROOT, entry)):
                 problems.append(f"{where}: no entry point {entry}")
                 continue
-        elif not entry[1].startswith("cosine_metric_learning"):
+        elif not entry[1].startswith("cosine_metric_learning") or \
+                importlib.util.find_spec(entry[1]) is None:
             problems.append(f"{where}: not a module of the project: {entry}")
             continue
-        if entry not in flags_of:
-            flags_of[entry] = _defined_flags(entry)
+        if any(word.startswith("--") for word in arguments):
+            checked.append((where, argv, entry, arguments))
+    # each entry point's help once, a few at a time
+    entries = list(dict.fromkeys(entry for _, _, entry, _ in checked))
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        flags_of = dict(zip(entries, pool.map(_defined_flags, entries)))
+    for where, argv, entry, arguments in checked:
         defined = flags_of[entry]
         for word in arguments:
             if not word.startswith("--") or word == "--":

@@ -1,8 +1,11 @@
 """The errors a user sees as one line: bad input, and training that cannot
 go on."""
 
+import contextlib
 import re
+import signal
 import sys
+import threading
 
 from absl import flags
 
@@ -72,8 +75,24 @@ def report_errors(argv, run, flag_names):
         print(f"error: unexpected arguments: {' '.join(argv[1:])}; flags "
               "are written --name=value", file=sys.stderr)
         return 2
+    with _ctrl_c_remembered() as interrupted:
+        try:
+            return run()
+        except (Exception, KeyboardInterrupt):
+            # Ctrl-C inside library code may come out as another error
+            # (TensorFlow's autograph turns it into a TypeError while it
+            # traces a function): it is still Ctrl-C
+            if interrupted:
+                print(INTERRUPTED, file=sys.stderr)
+                return INTERRUPTED_STATUS
+            return _report(flag_names)
+
+
+def _report(flag_names):
+    """The one line and the exit status of the exception being handled;
+    raises it again if it is not one of the commands' errors."""
     try:
-        return run()
+        raise
     except ArgumentError as e:
         print(f"error: {e.for_flags(flag_names)}", file=sys.stderr)
         return 2
@@ -86,6 +105,30 @@ def report_errors(argv, run, flag_names):
     except KeyboardInterrupt:
         print(INTERRUPTED, file=sys.stderr)
         return INTERRUPTED_STATUS
+
+
+@contextlib.contextmanager
+def _ctrl_c_remembered():
+    """Yield a list that gets the signal's number when Ctrl-C (SIGINT)
+    arrives in the block; it still raises KeyboardInterrupt as Python's
+    own handler does. Where SIGINT is ignored or handled otherwise, or
+    off the main thread, nothing changes."""
+    received = []
+
+    def remember(signum, frame):
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is not \
+            signal.default_int_handler:
+        yield received
+        return
+    signal.signal(signal.SIGINT, remember)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def parse_flags(argv):

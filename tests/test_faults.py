@@ -101,6 +101,36 @@ def large_market_dir(market_dir, tmp_path_factory):
     return str(folder)
 
 
+@pytest.mark.parametrize("disguised", [True, False])
+def test_ctrl_c_that_library_code_turns_into_another_error_is_ctrl_c(
+        disguised):
+    """A real SIGINT arriving inside code that turns the KeyboardInterrupt
+    into another error (as TensorFlow's autograph does while it traces a
+    function: a ``TypeError``) is still one line and exit status 130;
+    the same error without a Ctrl-C is not taken for one."""
+    result = run_script("-c", f"""
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from cosine_metric_learning import errors
+
+def run():
+    try:
+        if {disguised}:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)  # the signal arrives here
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        raise TypeError("in user code:")
+
+sys.exit(errors.report_errors(["command"], run, {{}}))""")
+    if disguised:
+        assert result.returncode == 130, result.stderr[-2000:]
+        assert result.stderr.strip() == INTERRUPTED
+    else:
+        assert result.returncode == 1
+        assert "TypeError: in user code:" in result.stderr
+
+
 @pytest.mark.parametrize("mode, waits_for", [
     (["--mode=test", "--batch_size=1", "--flip_test"], "Encoding"),
     (["--mode=onnx", "--int8", "--calibration_images=3000"],

@@ -9,15 +9,17 @@ from its frame into ``OUT/<sequence>_<track id>/<frame>.jpg``: one folder
 per track, the frame number in the name, the layout ``train_custom.py``
 reads (a track is an identity; each sequence is its own camera, so a
 person seen in two sequences is two identities unless their folders are
-merged).
+merged). Only ``img1/`` and ``gt/gt.txt`` are read: ``det/`` may be
+absent, or list frames that were not kept.
 
 A box is kept when its numbers are finite and its size positive, its row
 is marked to be considered, its class is in ``--classes``, its visibility
 is at least ``--min_visibility``, it is not entirely outside the frame,
 its part inside the frame (boxes are clipped to it) is at least
 ``--min_height`` pixels tall, its frame is in ``img1/``, and at least
-``--frame_stride`` frames passed since the track's previous kept box.
-Tracks left with fewer than two crops are skipped. Each box is counted
+``--frame_stride`` frames passed since the track's previous kept box
+(frames of ``gt.txt`` missing from ``img1/`` are counted in one warning
+per sequence). Tracks left with fewer than two crops are skipped. Each box is counted
 under the first reason that drops it; the counts, the filters and the
 sources are printed and written to ``OUT/manifest.json``.
 

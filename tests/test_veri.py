@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import scipy.io
 
+from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import protocol
 from cosine_metric_learning.datasets import synthetic, util, veri
 from cosine_metric_learning.datasets.spec import VERI
 from cosine_metric_learning.errors import UsageError
-from tests.conftest import one_error_line, run_script
+from tests.conftest import ROOT, one_error_line, run_script
 from tests.reference import kit_reference
 
 
@@ -133,14 +134,24 @@ def test_every_mode_on_veri(veri_dir, trained, tmp_path):
     assert scipy.io.loadmat(str(kit_dir / "feat_query.mat"))[
         "features"].shape == (10, 128)
 
-    # the model exports, with the original's default names
-    for mode, output in (("finalize", "veri.ckpt.index"),
-                         ("freeze", "veri.pb"),
-                         ("saved_model", "veri_saved_model"),
-                         ("onnx", "veri.onnx"), ("openvino", "veri.xml"),
-                         ("tflite", "veri.tflite")):
-        result = run_script("train_veri.py", f"--mode={mode}",
-                            f"--restore_path={runs / 'cars'}",
-                            cwd=str(tmp_path))
-        assert result.returncode == 0, (mode, result.stderr[-2000:])
+    # the model exports at the square input, with the original's default
+    # names: the command runs one mode (as above); the others run in one
+    # process, as the command runs each
+    result = run_script("train_veri.py", "--mode=freeze",
+                        f"--restore_path={runs / 'cars'}", cwd=str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    outputs = {"finalize": "veri.ckpt.index",
+               "saved_model": "veri_saved_model", "onnx": "veri.onnx",
+               "openvino": "veri.xml", "tflite": "veri.tflite"}
+    result = run_script("-m", "tests.helpers.export_modes", "VERI",
+                        str(runs / "cars"), *outputs, cwd=str(tmp_path),
+                        env={"PYTHONPATH": ROOT})
+    assert result.returncode == 0, result.stderr[-2000:]
+    for mode, output in {**outputs, "freeze": "veri.pb"}.items():
         assert (tmp_path / output).exists(), mode
+    # each carries the square input (the checkpoint, without a run.json,
+    # is read at it)
+    for output in ("veri.ckpt", "veri_saved_model", "veri.onnx", "veri.xml",
+                   "veri.tflite", "veri.pb"):
+        assert encoder_lib.load(str(tmp_path / output), image_shape=(
+            64, 64, 3)).image_shape == (64, 64, 3), output

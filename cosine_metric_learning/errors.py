@@ -78,33 +78,29 @@ def report_errors(argv, run, flag_names):
     with _ctrl_c_remembered() as interrupted:
         try:
             return run()
-        except (Exception, KeyboardInterrupt):
-            # Ctrl-C inside library code may come out as another error
-            # (TensorFlow's autograph turns it into a TypeError while it
-            # traces a function): it is still Ctrl-C
-            if interrupted:
-                print(INTERRUPTED, file=sys.stderr)
-                return INTERRUPTED_STATUS
-            return _report(flag_names)
+        except (Exception, KeyboardInterrupt) as error:
+            reported = _one_line(error, interrupted, flag_names)
+            if reported is None:
+                raise
+            print(reported[0], file=sys.stderr)
+            return reported[1]
 
 
-def _report(flag_names):
-    """The one line and the exit status of the exception being handled;
-    raises it again if it is not one of the commands' errors."""
-    try:
-        raise
-    except ArgumentError as e:
-        print(f"error: {e.for_flags(flag_names)}", file=sys.stderr)
-        return 2
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except TrainingError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
-        return INTERRUPTED_STATUS
+def _one_line(error, interrupted, flag_names):
+    """``(line, exit status)`` of a command's error, None for any other.
+
+    Ctrl-C is Ctrl-C whatever the code it interrupted turned it into
+    (TensorFlow's autograph makes it a TypeError while it traces a
+    function)."""
+    if interrupted or isinstance(error, KeyboardInterrupt):
+        return INTERRUPTED, INTERRUPTED_STATUS
+    if isinstance(error, ArgumentError):
+        return f"error: {error.for_flags(flag_names)}", 2
+    if isinstance(error, UsageError):
+        return f"error: {error}", 2
+    if isinstance(error, TrainingError):
+        return f"error: {error}", 1
+    return None
 
 
 @contextlib.contextmanager

@@ -65,6 +65,12 @@ class Sequence:
     detections: np.ndarray
     ground_truth: Optional[np.ndarray]
 
+    def has_frame(self, frame):
+        """Whether frame ``frame`` (1-based) is within the sequence and its
+        file is in the frame folder."""
+        return 1 <= frame <= self.num_frames and os.path.isfile(
+            self.frame_paths[frame - 1])
+
 
 def is_sequence(folder):
     """Whether ``folder`` is a sequence: it has ``seqinfo.ini``, or (as
@@ -128,26 +134,26 @@ def read_sequence(folder, detections=True):
     else:
         name, image_dir, num_frames, image_shape, frame_paths = \
             _list_frames(folder)
-    rows = None
+    sequence = Sequence(name, folder, num_frames, image_shape, frame_paths,
+                        None, None)
     if detections:
         det_path = os.path.join(folder, "det", "det.txt")
         if not os.path.isfile(det_path):
             raise UsageError(f"sequence {name}: no '{det_path}'; expected "
                              f"{LAYOUT}")
-        rows = _read_rows(det_path, 7, "detection file")
-        missing = sorted({int(f) for f in rows[:, 0]
-                          if not 1 <= f <= num_frames
-                          or not os.path.isfile(frame_paths[int(f) - 1])})
+        sequence.detections = _read_rows(det_path, 7, "detection file")
+        missing = sorted(f for f in {int(f) for f in
+                                     sequence.detections[:, 0]}
+                         if not sequence.has_frame(f))
         if missing:
             raise UsageError(
                 f"sequence {name}: {len(missing)} frames listed in "
                 f"'{det_path}' are missing from '{image_dir}' (e.g. frame "
                 f"{missing[0]})")
     gt_path = os.path.join(folder, "gt", "gt.txt")
-    ground_truth = (_read_rows(gt_path, 6, "ground-truth file")
-                    if os.path.isfile(gt_path) else None)
-    return Sequence(name, folder, num_frames, image_shape, frame_paths,
-                    rows, ground_truth)
+    if os.path.isfile(gt_path):
+        sequence.ground_truth = _read_rows(gt_path, 6, "ground-truth file")
+    return sequence
 
 
 def _read_sequence_info(folder):

@@ -19,9 +19,10 @@ its part inside the frame (boxes are clipped to it) is at least
 ``--min_height`` pixels tall, its frame is in ``img1/``, and at least
 ``--frame_stride`` frames passed since the track's previous kept box
 (frames of ``gt.txt`` missing from ``img1/`` are counted in one warning
-per sequence). Tracks left with fewer than two crops are skipped. Each box is counted
-under the first reason that drops it; the counts, the filters and the
-sources are printed and written to ``OUT/manifest.json``.
+per sequence). Tracks left with fewer than two crops are skipped. Each
+box is counted under the first reason that drops it; the counts, the
+filters and the sources are printed and written to
+``OUT/manifest.json``.
 
 The output folder is written whole or not at all (Ctrl-C leaves nothing);
 an existing one is replaced only if it is empty or an earlier output of
@@ -196,6 +197,20 @@ def _write_crops(sequence, crops, output_dir, progress_secs=10.0):
                          (n + 1) / (last - start))
 
 
+def _remembered(predicate):
+    """``predicate`` asked once per value; its ``answers`` attribute maps
+    each value asked to the answer."""
+    answers = {}
+
+    def remembered(value):
+        if value not in answers:
+            answers[value] = predicate(value)
+        return answers[value]
+
+    remembered.answers = answers
+    return remembered
+
+
 def identity_name(sequence_name, track):
     """The folder of a track: ``<sequence>_<track id>``."""
     return f"{sequence_name}_{track}"
@@ -232,17 +247,11 @@ def convert(sequence_folders, output_dir, **filters):
     selected = []
     for sequence in sequences:
         rows = _check_rows(sequence)
-        exists = {}
-
-        def frame_exists(frame, s=sequence):
-            if frame not in exists:
-                exists[frame] = 1 <= frame <= s.num_frames and \
-                    os.path.isfile(s.frame_paths[frame - 1])
-            return exists[frame]
-
-        crops, counts = select_boxes(rows, sequence.image_shape,
-                                     frame_exists, **filters)
-        missing = sorted(f for f, there in exists.items() if not there)
+        has_frame = _remembered(sequence.has_frame)  # a file looked up once
+        crops, counts = select_boxes(rows, sequence.image_shape, has_frame,
+                                     **filters)
+        missing = sorted(f for f, there in has_frame.answers.items()
+                         if not there)
         if missing:
             logging.warning(
                 "%s: %d frames of gt/gt.txt are missing from img1/ (e.g. "

@@ -29,11 +29,7 @@ PYTHONS = ("python", "python3", ".venv/bin/python")
 OTHER_PROGRAMS = {
     "deep_sort_app.py": "Deep SORT's application",
     "tools/generate_detections.py": "Deep SORT's feature generator",
-    "tensorboard": "TensorBoard", "pip": "checked for extras below",
-    "ls": "a shell utility", "cd": "a shell utility",
-    "git": "version control", "nvidia-smi": "NVIDIA's tool",
-    "cat": "a shell utility", "head": "a shell utility",
-    "/usr/bin/time": "the time utility"}
+    "tensorboard": "TensorBoard", "ls": "a shell utility"}
 SEPARATORS = {";", "&&", "||", "|", "&"}
 
 

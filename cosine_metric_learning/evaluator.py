@@ -89,8 +89,12 @@ class _Evaluator:
         if config.track_sequences:
             mot.require_tracker()
             mot.require_trackeval()
-            self.sequences = [mot.read_sequence(folder) for folder in
-                              mot.find_sequences(config.track_sequences)]
+            self.sequences = mot.read_sequences(config.track_sequences)
+            for sequence in self.sequences:
+                mot.check_ground_truth(sequence)
+                mot.detection_rows(sequence, "det",
+                                   mot.DEFAULTS["min_confidence"],
+                                   mot.DEFAULTS["nms_max_overlap"])
         self.done_steps = evaluated_steps(self.eval_dir)
         self.writer = tf.summary.create_file_writer(self.eval_dir)
         self.results, self.failures, self.handled = [], {}, set()

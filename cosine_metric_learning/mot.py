@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import io
 import logging as pylogging
+import math
 import os
 import tempfile
 import time
@@ -47,6 +48,13 @@ DEFAULTS = {"max_cosine_distance": 0.2, "nn_budget": 100,
 # what run_tracker takes of them
 TRACKER_PARAMETERS = ("max_cosine_distance", "nn_budget", "max_iou_distance",
                       "max_age", "n_init")
+# MOT17's pedestrian class, the class scored and cut by default; gt.txt's
+# columns
+PEDESTRIAN = 1
+PEDESTRIANS = (PEDESTRIAN,)
+GT_COLUMNS = ("frame, id, left, top, width, height, considered, class, "
+              "visibility")
+NUM_GT_COLUMNS = 9
 
 
 @dataclasses.dataclass
@@ -105,27 +113,78 @@ def find_sequences(sequences):
     return folders
 
 
-def _read_rows(path, min_columns, what):
+def read_sequences(sequences, detections=True):
+    """The :class:`Sequence` objects of ``sequences`` (the text of
+    ``--sequences``, see :func:`find_sequences`; ``detections`` as
+    :func:`read_sequence` takes it); a sequence given twice, or two named
+    alike, is an ArgumentError: their results would share files."""
+    folders = find_sequences(sequences)
+    seen = {}
+    for folder in folders:
+        real = os.path.realpath(folder)
+        if real in seen:
+            raise ArgumentError("sequences", sequences, f"'{folder}' is "
+                                f"given twice (as '{seen[real]}' too)")
+        seen[real] = folder
+    read = [read_sequence(f, detections) for f in folders]
+    check_distinct(read, "sequences", sequences)
+    return read
+
+
+def check_distinct(sequences, argument, value):
+    """ArgumentError (naming ``argument``) if two of the :class:`Sequence`
+    objects have one name: their outputs would share files."""
+    names = [s.name for s in sequences]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        paths = [s.path for s in sequences if s.name == repeated[0]]
+        raise ArgumentError(argument, value, f"two sequences are named "
+                            f"{repeated[0]} ('{paths[0]}' and '{paths[1]}'); "
+                            "their outputs would share files")
+
+
+def _read_rows(path, min_columns, what, columns):
     try:
         rows = np.loadtxt(path, delimiter=",", ndmin=2)
     except ValueError as e:
         raise UsageError(f"cannot read {what} '{path}': {e}") from e
     if rows.size and rows.shape[1] < min_columns:
         raise UsageError(f"{what} '{path}' has {rows.shape[1]} columns; "
-                         f"expected at least {min_columns} (frame, id, left, "
-                         "top, width, height, confidence, ...)")
+                         f"expected {min_columns} ({columns}), as MOT16, "
+                         "MOT17, MOT20 and MOT 1.1 write them")
     return rows if rows.size else np.zeros((0, min_columns))
+
+
+def _bad_row(rows, path, what, first_columns):
+    """UsageError text for the first row whose ``first_columns`` numbers
+    are not all finite or whose frame is not a whole number from 1, or
+    None."""
+    finite = np.all(np.isfinite(rows[:, :first_columns]), axis=1)
+    frames = rows[:, 0]
+    whole = finite & (frames >= 1) & (frames == np.round(frames))
+    if np.all(whole):
+        return None
+    i = int(np.flatnonzero(~whole)[0])
+    values = ",".join(f"{v:g}" for v in rows[i, :first_columns])
+    problem = ("a number is missing or not finite" if not finite[i]
+               else f"frame {frames[i]:g} is not a frame number (1, 2, ...)")
+    return f"{what} '{path}', row {i + 1} ({values}): {problem}"
 
 
 def read_sequence(folder, detections=True):
     """The :class:`Sequence` in ``folder``; UsageError naming what is
     missing or malformed.
 
-    Without ``seqinfo.ini`` (MOT 1.1 as annotation tools export it:
-    ``img1/`` and ``gt/gt.txt``), frame ``n`` is the n-th image of
-    ``img1/`` in name order. With ``detections`` False, ``det/`` is not
-    opened (it may be absent or list frames that ``img1/`` lacks) and the
-    sequence's ``detections`` are None.
+    The frames of ``img1/`` are the truth: where ``seqinfo.ini``'s frame
+    size or length disagrees with them, a warning says so and the
+    frames' are used. Without ``seqinfo.ini`` (MOT 1.1 as annotation
+    tools export it: ``img1/`` and ``gt/gt.txt``), frame ``n`` is the
+    n-th image of ``img1/`` in name order. ``det.txt``'s rows must be
+    numbers with frames of ``img1/``; with ``detections`` False, ``det/``
+    is not opened (it may be absent or list frames that ``img1/`` lacks)
+    and the sequence's ``detections`` are None. ``gt.txt`` must have
+    :data:`NUM_GT_COLUMNS` columns; :func:`check_ground_truth` checks
+    its rows for scoring.
     """
     if os.path.isfile(os.path.join(folder, "seqinfo.ini")) or not \
             is_sequence(folder):
@@ -141,7 +200,12 @@ def read_sequence(folder, detections=True):
         if not os.path.isfile(det_path):
             raise UsageError(f"sequence {name}: no '{det_path}'; expected "
                              f"{LAYOUT}")
-        sequence.detections = _read_rows(det_path, 7, "detection file")
+        sequence.detections = _read_rows(
+            det_path, 7, "detection file", "frame, id, left, top, width, "
+            "height, confidence, ...")
+        bad = _bad_row(sequence.detections, det_path, "detection file", 7)
+        if bad:
+            raise UsageError(f"sequence {name}: {bad}")
         missing = sorted(f for f in {int(f) for f in
                                      sequence.detections[:, 0]}
                          if not sequence.has_frame(f))
@@ -149,19 +213,73 @@ def read_sequence(folder, detections=True):
             raise UsageError(
                 f"sequence {name}: {len(missing)} frames listed in "
                 f"'{det_path}' are missing from '{image_dir}' (e.g. frame "
-                f"{missing[0]})")
+                f"{missing[0]}; its frames are 1 to {num_frames})")
     gt_path = os.path.join(folder, "gt", "gt.txt")
     if os.path.isfile(gt_path):
-        sequence.ground_truth = _read_rows(gt_path, 6, "ground-truth file")
+        sequence.ground_truth = _read_rows(
+            gt_path, NUM_GT_COLUMNS, "ground-truth file", GT_COLUMNS)
     return sequence
+
+
+def check_ground_truth(sequence, classes=PEDESTRIANS):
+    """UsageError (one line) unless the sequence's ``gt.txt`` can be
+    scored: every row numbers, every frame one of ``img1/``, and a box of
+    ``classes`` (None: every class) marked to be considered. A sequence
+    without ``gt.txt`` passes (it is not scored)."""
+    rows = sequence.ground_truth
+    if rows is None:
+        return
+    path = os.path.join(sequence.path, "gt", "gt.txt")
+    if not len(rows):
+        raise UsageError(f"sequence {sequence.name}: '{path}' is empty; "
+                         "there is nothing to score")
+    bad = _bad_row(rows, path, "ground-truth file", NUM_GT_COLUMNS)
+    if bad:
+        raise UsageError(f"sequence {sequence.name}: {bad}")
+    missing = sorted(f for f in {int(f) for f in rows[:, 0]}
+                     if not sequence.has_frame(f))
+    if missing:
+        raise UsageError(
+            f"sequence {sequence.name}: {len(missing)} frames listed in "
+            f"'{path}' are missing from its frames (e.g. frame "
+            f"{missing[0]}; its frames are 1 to {sequence.num_frames})")
+    if not np.any(considered(rows, classes)):
+        found = ", ".join(f"{c:g}" for c in np.unique(rows[:, 7])[:10])
+        raise ArgumentError(
+            "classes", classes, f"sequence {sequence.name}: no box of these "
+            f"classes is marked to be considered in '{path}' (its classes: "
+            f"{found})")
+
+
+def _frame_number(path):
+    """The frame number of a file of ``img1/`` named by it (``000042.jpg``),
+    or None."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return int(stem) if stem.isdigit() else None
+
+
+def _frame_size(path):
+    """``(height, width, 3)`` of a frame, read from its header."""
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+    except OSError as e:
+        raise UsageError(f"cannot read frame '{path}': "
+                         f"{first_line(e)}") from e
+    return height, width, 3
 
 
 def _read_sequence_info(folder):
     """Name, frame folder, length, frame shape and frame paths from
-    ``seqinfo.ini``."""
+    ``seqinfo.ini`` and the frames it names."""
     info_path = os.path.join(folder, "seqinfo.ini")
     info = configparser.ConfigParser()
-    if not info.read(info_path) or "Sequence" not in info:
+    try:
+        found = info.read(info_path)
+    except configparser.Error as e:
+        raise UsageError(f"cannot read '{info_path}': "
+                         f"{first_line(e)}") from e
+    if not found or "Sequence" not in info:
         raise UsageError(f"'{info_path}' is missing or has no [Sequence]; "
                          f"expected {LAYOUT}")
     section = info["Sequence"]
@@ -172,17 +290,32 @@ def _read_sequence_info(folder):
                          f"expected {LAYOUT}")
     extension = section.get("imExt", ".jpg")
     try:
-        num_frames = int(section["seqLength"])
+        length = int(section["seqLength"])
     except (KeyError, ValueError):
         raise UsageError(f"'{info_path}' has no seqLength (the number of "
                          "frames)") from None
     try:
-        image_shape = (int(section["imHeight"]), int(section["imWidth"]), 3)
+        size = (int(section["imHeight"]), int(section["imWidth"]), 3)
     except (KeyError, ValueError):
         raise UsageError(f"'{info_path}' has no imWidth and imHeight (the "
                          "frame size)") from None
+    numbers = sorted(n for n in (
+        _frame_number(f) for f in os.listdir(image_dir)
+        if f.endswith(extension)) if n is not None and n >= 1)
+    if not numbers:
+        raise UsageError(f"sequence {name}: no frames in '{image_dir}' "
+                         f"(expected 000001{extension}, 000002{extension}, "
+                         "... as seqinfo.ini's imExt says)")
+    num_frames = numbers[-1]
     frame_paths = [os.path.join(image_dir, f"{i:06d}{extension}")
                    for i in range(1, num_frames + 1)]
+    image_shape = _frame_size(frame_paths[numbers[0] - 1])
+    if (length, size) != (num_frames, image_shape):
+        logging.warning(
+            "%s: seqinfo.ini says %d frames of %dx%d, but %s holds frames "
+            "up to %d of %dx%d: the frames' are used", name, length,
+            size[1], size[0], image_dir, num_frames, image_shape[1],
+            image_shape[0])
     return name, image_dir, num_frames, image_shape, frame_paths
 
 
@@ -197,13 +330,22 @@ def _list_frames(folder):
     if not frame_paths:
         raise UsageError(f"sequence {name}: no images in '{image_dir}'; "
                          f"expected {LAYOUT}")
+    return (name, image_dir, len(frame_paths), _frame_size(frame_paths[0]),
+            frame_paths)
+
+
+def read_frame(path):
+    """A frame as a uint8 BGR array (as Deep SORT's box encoder takes
+    it), at its own size; a frame that cannot be read or is truncated is
+    a UsageError naming it."""
     try:
-        with Image.open(frame_paths[0]) as image:
-            width, height = image.size
+        with Image.open(path) as image:
+            frame = np.asarray(image.convert("RGB"))
     except OSError as e:
-        raise UsageError(f"cannot read frame '{frame_paths[0]}': "
-                         f"{first_line(e)}") from e
-    return name, image_dir, len(frame_paths), (height, width, 3), frame_paths
+        raise UsageError(f"cannot read frame '{path}': {first_line(e)}; "
+                         "replace it, or remove its rows from det.txt and "
+                         "gt.txt") from e
+    return np.ascontiguousarray(frame[..., ::-1])
 
 
 def _is_results_file(path):
@@ -234,24 +376,38 @@ def require_trackeval():
     return trackeval
 
 
-def score(sequences, results):
+def score(sequences, results, classes=PEDESTRIANS):
     """TrackEval's HOTA, DetA, AssA, IDF1, MOTA and ID switches.
 
     ``sequences``: the scored :class:`Sequence` objects (with
-    ``gt.txt``); ``results``: ``{sequence name: results file}``. Returns
-    ``{sequence name or "COMBINED": {metric: value}}``, as MOTChallenge
-    computes them for MOT17 (its preprocessing: distractor classes and
-    rows not to be considered are left out).
+    ``gt.txt``, checked by :func:`check_ground_truth`); ``results``:
+    ``{sequence name: results file}``. Returns ``{sequence name or
+    "COMBINED": {metric: value}}``, as MOTChallenge computes them for
+    MOT17 (its preprocessing: distractor classes and rows not to be
+    considered are left out). With ``classes`` other than MOT17's
+    pedestrians (another tool's class numbers; None: every class), the
+    boxes of ``classes`` are scored as pedestrians and the others are
+    left out (MOT17's distractor classes mean nothing there).
     """
     trackeval = require_trackeval()
     with tempfile.TemporaryDirectory() as tmp:
         gt_dir = os.path.join(tmp, "gt")
         tracker_dir = os.path.join(tmp, "trackers", "model")
-        os.makedirs(gt_dir)
         os.makedirs(tracker_dir)
         for sequence in sequences:
-            os.symlink(os.path.abspath(sequence.path),
-                       os.path.join(gt_dir, sequence.name))
+            folder = os.path.join(gt_dir, sequence.name, "gt")
+            os.makedirs(folder)
+            if classes == PEDESTRIANS:
+                os.symlink(os.path.abspath(os.path.join(
+                    sequence.path, "gt", "gt.txt")),
+                    os.path.join(folder, "gt.txt"))
+            else:
+                rows = sequence.ground_truth
+                rows = rows[np.isin(rows[:, 7], classes)] if classes \
+                    else rows.copy()
+                rows[:, 7] = PEDESTRIAN
+                np.savetxt(os.path.join(folder, "gt.txt"), rows,
+                           fmt="%.10g", delimiter=",")
             os.symlink(os.path.abspath(results[sequence.name]),
                        os.path.join(tracker_dir, f"{sequence.name}.txt"))
         dataset = trackeval.datasets.MotChallenge2DBox({
@@ -327,16 +483,67 @@ def non_max_suppression(boxes, scores, max_overlap):
     return np.array(sorted(keep), int)
 
 
-def considered_pedestrians(rows):
-    """Which ground-truth rows MOT17 scores: marked to be considered
-    (column 7) and of the pedestrian class (column 8)."""
-    return (rows[:, 6] != 0) & (rows[:, 7] == 1)
+def considered(rows, classes=PEDESTRIANS):
+    """Which ground-truth rows are scored: marked to be considered
+    (column 7) and of one of ``classes`` (column 8; None: every class),
+    as MOT17 scores its pedestrians."""
+    keep = rows[:, 6] != 0
+    if classes is not None:
+        keep &= np.isin(rows[:, 7], classes)
+    return keep
 
 
-def detection_rows(sequence, detections, min_confidence, nms_max_overlap):
+def parse_classes(text):
+    """``--classes``: a tuple of class numbers, or None for ``all``."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        classes = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise UsageError(f"--classes={text}: expected comma-separated class "
+                         "numbers (MOT17: 1 is a pedestrian) or all") \
+            from None
+    return classes
+
+
+def check_classes(classes):
+    """ArgumentError unless ``classes`` is a tuple of class numbers or
+    None."""
+    if classes is not None and (not classes or not all(
+            isinstance(c, (int, np.integer)) for c in classes)):
+        raise ArgumentError("classes", classes, "expected a tuple of class "
+                            "numbers (MOT17: 1 is a pedestrian), or None "
+                            "for every class")
+
+
+def check_parameters(parameters):
+    """ArgumentError naming a tracking parameter (a key of
+    :data:`DEFAULTS`) out of its range."""
+    ranges = {
+        "max_cosine_distance": (0.0, 2.0, "a cosine distance from 0 to 2"),
+        "nn_budget": (1, None, "at least 1 feature per track"),
+        "max_iou_distance": (0.0, 1.0, "an IoU distance from 0 to 1"),
+        "max_age": (0, None, "0 or more frames"),
+        "n_init": (1, None, "at least 1 match"),
+        "min_confidence": (None, None, "a finite confidence"),
+        "nms_max_overlap": (0.0, 1.0, "an overlap from 0 to 1 (1: no "
+                            "suppression)")}
+    for name, value in parameters.items():
+        low, high, expected = ranges[name]
+        integer = isinstance(DEFAULTS[name], int)
+        if (integer and not isinstance(value, (int, np.integer))) or \
+                isinstance(value, bool) or not math.isfinite(value) or \
+                (low is not None and value < low) or \
+                (high is not None and value > high):
+            raise ArgumentError(name, value, f"expected {expected}")
+
+
+def detection_rows(sequence, detections, min_confidence, nms_max_overlap,
+                   classes=PEDESTRIANS):
     """The rows the tracker sees: ``det.txt`` above ``min_confidence``
     after non-maximum suppression per frame, or the ground-truth boxes to
-    be considered (confidence 1): ``detections`` is "det" or "gt"."""
+    be considered of ``classes`` (confidence 1): ``detections`` is "det"
+    or "gt"."""
     if detections not in ("det", "gt"):
         raise ArgumentError("detections", detections, "expected 'det' (the "
                             "sequence's det/det.txt) or 'gt' (its ground "
@@ -345,15 +552,20 @@ def detection_rows(sequence, detections, min_confidence, nms_max_overlap):
         if sequence.ground_truth is None:
             raise ArgumentError("detections", detections, f"sequence "
                                 f"{sequence.name} has no gt/gt.txt")
-        rows = sequence.ground_truth.copy()
-        if rows.shape[1] > 7:  # MOT17: only pedestrians to be considered
-            rows = rows[considered_pedestrians(rows)]
+        rows = sequence.ground_truth[considered(sequence.ground_truth,
+                                                classes)].copy()
         rows[:, 6] = 1.0
         return rows[:, :7]
     if sequence.detections is None:
         raise ArgumentError("detections", detections, f"sequence "
                             f"{sequence.name} has no det/det.txt")
     rows = sequence.detections[sequence.detections[:, 6] >= min_confidence]
+    if len(sequence.detections) and not len(rows):
+        confidences = sequence.detections[:, 6]
+        raise ArgumentError(
+            "min_confidence", min_confidence, f"sequence {sequence.name} "
+            "has no detection left (its confidences range from "
+            f"{confidences.min():g} to {confidences.max():g})")
     kept = []
     for frame in np.unique(rows[:, 0]):
         in_frame = rows[rows[:, 0] == frame]
@@ -372,8 +584,7 @@ def encode_rows(encoder, sequence, rows, progress_secs=10.0):
     start = last = time.time()
     for n, frame in enumerate(frames):
         index = np.flatnonzero(rows[:, 0] == frame)
-        image = preprocessing.read_patches(
-            [sequence.frame_paths[frame - 1]], sequence.image_shape)[0]
+        image = read_frame(sequence.frame_paths[frame - 1])
         features[index] = box_encoder(image, rows[index, 2:6])
         if time.time() - last >= progress_secs or n == len(frames) - 1:
             last = time.time()
@@ -415,8 +626,10 @@ def track_and_score(encoder, sequences, parameters=None):
     """Track the sequences' detections with ``encoder`` (an
     :class:`encoder.Encoder`) at ``parameters`` (default
     :data:`DEFAULTS`) and score them: the combined metrics of the
-    sequences that have ground truth (None if none has)."""
+    sequences that have ground truth (checked by
+    :func:`check_ground_truth`; None if none has)."""
     parameters = {**DEFAULTS, **(parameters or {})}
+    check_parameters(parameters)
     scored = [s for s in sequences if s.ground_truth is not None]
     if not scored:
         return None

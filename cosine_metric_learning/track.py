@@ -29,13 +29,15 @@ from absl import app, flags, logging
 
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files, metrics, mot
-from cosine_metric_learning.errors import parse_flags
+from cosine_metric_learning.errors import ArgumentError, parse_flags
 from cosine_metric_learning.errors import report_errors
 
 FLAGS = flags.FLAGS
 # the flags of the library's arguments
-FLAG_NAMES = {"path": "--model", "sequences": "--sequences",
-              "detections": "--detections"}
+FLAG_NAMES = {"path": "--model", "models": "--model",
+              "sequences": "--sequences", "detections": "--detections",
+              "classes": "--classes", "output_dir": "--output_dir",
+              **{name: f"--{name}" for name in mot.DEFAULTS}}
 NONE = "none"
 DEFAULTS = mot.DEFAULTS
 SWEEP_GATES = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
@@ -50,9 +52,10 @@ DETECTIONS_NPY = files.Kind(
     == 2)
 # the loaded models and their features, for the whole command
 _CACHE = {}
-SUMMARY = files.json_kind({"models", "parameters"},
+SUMMARY = files.json_kind({"models", "parameters", "files"},
                           "a tracking summary written by this command (a "
-                          "JSON object with 'models' and 'parameters')")
+                          "JSON object with 'models', 'parameters' and "
+                          "'files')")
 
 
 # Detections and their features --------------------------------------------
@@ -94,18 +97,17 @@ def _load(path, cache):
 
 # Tracking -------------------------------------------------------------------
 
-def ground_truth_gate(sequence, model, cache):
+def ground_truth_gate(sequence, model, cache, classes=mot.PEDESTRIANS):
     """The equal-error cosine gate on the ground truth: a track's own
     boxes ``GATE_FRAME_GAP`` frames apart against different tracks' boxes
-    in the same frame (boxes at least ``GATE_MIN_VISIBILITY`` visible)."""
+    in the same frame (boxes of ``classes`` to be considered, at least
+    ``GATE_MIN_VISIBILITY`` visible); None where there are no such
+    pairs."""
     gt = sequence.ground_truth
     if gt is None:
         return None
-    keep = np.ones(len(gt), bool)
-    if gt.shape[1] > 8:
-        keep &= mot.considered_pedestrians(gt) & (
-            gt[:, 8] >= GATE_MIN_VISIBILITY)
-    rows = gt[keep]
+    rows = gt[mot.considered(gt, classes) & (gt[:, 8] >=
+                                             GATE_MIN_VISIBILITY)]
     features = _model_features(model, sequence, rows[:, :7], cache,
                                "ground truth")
     where = {(int(f), int(t)): i for i, (f, t) in enumerate(rows[:, :2])}
@@ -138,77 +140,157 @@ def _setting_name(parameters):
             f"_budget{parameters['nn_budget']}")
 
 
+def _is_own_output(path):
+    """An empty folder, or one holding only ``summary.json`` and the files
+    it lists as written."""
+    written = {SUMMARY_NAME}
+    if os.listdir(path):
+        summary_path = os.path.join(path, SUMMARY_NAME)
+        if not SUMMARY.matches(summary_path):
+            return False
+        with open(summary_path) as f:
+            written |= set(json.load(f)["files"])
+    parents = set()
+    for name in written:
+        while name:
+            name = os.path.dirname(name)
+            parents.add(name)
+    for root, dirs, names in os.walk(path):
+        relative = os.path.relpath(root, path)
+        relative = "" if relative == "." else relative
+        if relative not in parents or any(
+                os.path.join(relative, n) not in written for n in names):
+            return False
+    return True
+
+
+SUMMARY_NAME = "summary.json"
+OUTPUT = files.Kind("an empty folder or the output of this command "
+                    f"({SUMMARY_NAME} and the files it lists)",
+                    _is_own_output, is_dir=True)
+
+
+def model_labels(models):
+    """``{model: label}``: each model named by its last path components,
+    two or as many more as make the labels distinct (``none`` as it is);
+    a model given twice is an ArgumentError."""
+    seen = {}
+    for model in models:
+        key = model if model == NONE else os.path.realpath(model)
+        if key in seen:
+            raise ArgumentError("models", models, f"'{model}' is given "
+                                f"twice (as '{seen[key]}' too)")
+        seen[key] = model
+    if not models:
+        raise ArgumentError("models", models, "no model given; expected "
+                            "comma-separated models, or none")
+    parts = {m: os.path.normpath(m).split(os.sep) for m in models}
+    labels = {}
+    for depth in range(2, max(2, *(len(p) for p in parts.values())) + 1):
+        labels = {m: os.path.join(*p[-depth:]) for m, p in parts.items()}
+        if len({_safe(label) for label in labels.values()}) == len(models):
+            return labels
+    # distinct paths that read alike once made safe for a folder name
+    return {m: f"{label}_{i + 1}" for i, (m, label) in
+            enumerate(labels.items())}
+
+
+def _safe(label):
+    """A label as a folder name."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in label)
+
+
 def evaluate(models, sequences, detections, output_dir, sweep,
-             parameters=None, cache=None):
+             parameters=None, cache=None, classes=mot.PEDESTRIANS):
     """Track every sequence with every model at ``parameters`` (the keys
     of :data:`mot.DEFAULTS`; default those) and, with ``sweep``, every
-    gate and budget of the grid; returns the summary (written to
-    ``output_dir/summary.json``)."""
+    gate and budget of the grid; score the boxes of ``classes`` (see
+    :func:`mot.score`). Every argument is checked before the work;
+    ``output_dir`` (empty, or an earlier output) is written whole or not
+    at all, with ``summary.json``. Returns the summary."""
     base = {**DEFAULTS, **(parameters or {})}
+    mot.check_parameters(base)
+    mot.check_classes(classes)
+    labels = model_labels(models)
+    mot.check_distinct(sequences, "sequences", [s.path for s in sequences])
     cache = {} if cache is None else cache
+    files.check_output(output_dir, OUTPUT)
     scored = [s for s in sequences if s.ground_truth is not None]
     for s in sequences:
+        mot.check_ground_truth(s, classes)
         if s.ground_truth is None:
             logging.warning("Sequence %s has no gt/gt.txt: it is tracked, "
                             "but cannot be scored", s.name)
-    summary = {"models": {}, "parameters": {
-        **base, "detections": detections,
-        "sequences": [s.path for s in sequences]}}
     # the tracked boxes, the same for every model and setting
     rows_of = {sequence.name: mot.detection_rows(
         sequence, detections, base["min_confidence"],
-        base["nms_max_overlap"]) for sequence in sequences}
-    for model in models:
-        path = None if model == NONE else model
-        settings = [base]  # the given setting first
-        if sweep and path is not None:
-            settings += [p for p in (_with(base, g, b) for b in SWEEP_BUDGETS
-                                     for g in SWEEP_GATES) if p != base]
-        runs = []
-        for setting in settings:
-            folder = os.path.join(output_dir, _safe_name(model),
-                                  _setting_name(setting))
-            os.makedirs(folder, exist_ok=True)
-            results = {}
-            for sequence in sequences:
-                rows = rows_of[sequence.name]
-                features = _model_features(path, sequence, rows, cache)
-                if path is not None and setting is base:
-                    write_detections_file(os.path.join(
-                        output_dir, _safe_name(model),
-                        f"{sequence.name}.npy"), rows, features)
-                tracked = mot.run_tracker(
-                    rows, features, sequence.num_frames,
-                    **{k: setting[k] for k in mot.TRACKER_PARAMETERS})
-                results[sequence.name] = os.path.join(
-                    folder, f"{sequence.name}.txt")
-                mot.write_results(results[sequence.name], tracked)
-            numbers = mot.score(scored, results) if scored else {}
-            runs.append({"parameters": setting, "results": folder,
-                         "metrics": numbers})
-        entry = {"runs": runs}
-        if scored:
-            entry["best"] = max(
-                runs, key=lambda r: r["metrics"]["COMBINED"]["IDF1"])
-            if path is not None:
-                gates = [ground_truth_gate(s, path, cache) for s in scored]
-                gates = [g for g in gates if g is not None]
-                entry["ground_truth_gate"] = (float(np.median(gates))
-                                              if gates else None)
-        summary["models"][model] = entry
+        base["nms_max_overlap"], classes) for sequence in sequences}
+    for model in models:  # a bad model fails before the tracking
+        if model != NONE:
+            _load(model, cache)
+    summary = {"models": {}, "files": [], "parameters": {
+        **base, "detections": detections,
+        "classes": None if classes is None else list(classes),
+        "sequences": [s.path for s in sequences]}}
+
+    def write(tmp):
+        def written(*parts):
+            os.makedirs(os.path.join(tmp, *parts[:-1]), exist_ok=True)
+            summary["files"].append(os.path.join(*parts))
+            return os.path.join(tmp, *parts)
+
+        for model in models:
+            summary["models"][model] = _track_model(
+                model, labels[model], sequences, scored, rows_of, base,
+                sweep, cache, classes, output_dir, written)
+        with open(written(SUMMARY_NAME), "w") as f:
+            json.dump(summary, f, indent=1)
+
+    files.replace_dir_atomically(output_dir, write, OUTPUT)
     return summary
 
 
-def _label(model):
-    """A model as the table names it: its last two path components."""
-    parts = os.path.normpath(model).split(os.sep)
-    return os.path.join(*parts[-2:]) if len(parts) > 1 else model
-
-
-def _safe_name(model):
-    """The model's folder in --output_dir."""
-    return "".join(c if c.isalnum() or c in "._-" else "_"
-                   for c in _label(model))
+def _track_model(model, label, sequences, scored, rows_of, base, sweep,
+                 cache, classes, output_dir, written):
+    """A model's entry of the summary; its files through ``written(*parts
+    of the path in output_dir)``, which gives the path to write."""
+    path = None if model == NONE else model
+    folder = _safe(label)
+    settings = [base]  # the given setting first
+    if sweep and path is not None:
+        settings += [p for p in (_with(base, g, b) for b in SWEEP_BUDGETS
+                                 for g in SWEEP_GATES) if p != base]
+    runs = []
+    for setting in settings:
+        name = _setting_name(setting)
+        results = {}
+        for sequence in sequences:
+            rows = rows_of[sequence.name]
+            features = _model_features(path, sequence, rows, cache)
+            if path is not None and setting is base:
+                write_detections_file(
+                    written(folder, f"{sequence.name}.npy"), rows, features)
+            tracked = mot.run_tracker(
+                rows, features, sequence.num_frames,
+                **{k: setting[k] for k in mot.TRACKER_PARAMETERS})
+            results[sequence.name] = written(folder, name,
+                                             f"{sequence.name}.txt")
+            mot.write_results(results[sequence.name], tracked)
+        numbers = mot.score(scored, results, classes) if scored else {}
+        runs.append({"parameters": setting, "results": os.path.join(
+            output_dir, folder, name), "metrics": numbers})
+    entry = {"label": label, "folder": os.path.join(output_dir, folder),
+             "runs": runs}
+    if scored:
+        entry["best"] = max(
+            runs, key=lambda r: r["metrics"]["COMBINED"]["IDF1"])
+        if path is not None:
+            gates = [ground_truth_gate(s, path, cache, classes)
+                     for s in scored]
+            gates = [g for g in gates if g is not None]
+            entry["ground_truth_gate"] = (float(np.median(gates))
+                                          if gates else None)
+    return entry
 
 
 def format_table(summary):
@@ -230,7 +312,7 @@ def format_table(summary):
             values = " ".join(
                 f"{combined[m]:6d}" if m == "IDSW"
                 else f"{100 * combined[m]:6.1f}" for m in mot.METRICS)
-            lines.append(f"{(_label(model) + suffix)[-32:]:32s} {gate:>6s} "
+            lines.append(f"{(entry['label'] + suffix)[-32:]:32s} {gate:>6s} "
                          f"{p['nn_budget']:>6d} {values}")
     return "\n".join(lines)
 
@@ -238,46 +320,43 @@ def format_table(summary):
 def main(argv):
     def run():
         mot.require_tracker()
+        mot.require_trackeval()
+        parameters = {name: getattr(FLAGS, name) for name in DEFAULTS}
+        mot.check_parameters(parameters)  # before reading the sequences
+        classes = mot.parse_classes(FLAGS.classes)
         models = [m.strip() for m in FLAGS.model.split(",") if m.strip()]
+        model_labels(models)
         # ground-truth boxes need no det/det.txt
-        sequences = [mot.read_sequence(f, FLAGS.detections == "det")
-                     for f in mot.find_sequences(FLAGS.sequences)]
+        sequences = mot.read_sequences(FLAGS.sequences,
+                                       FLAGS.detections == "det")
         output_dir = FLAGS.output_dir
-        summary_path = os.path.join(output_dir, "summary.json")
-        if os.path.isdir(output_dir):
-            files.check_output(summary_path, SUMMARY)
-        else:
-            files.check_writable(os.path.dirname(os.path.abspath(
-                output_dir)), output_dir)
-            os.makedirs(output_dir)
-        for model in models:  # a bad model fails before the tracking
-            if model != NONE:
-                _load(model, _CACHE)
         summary = evaluate(models, sequences, FLAGS.detections, output_dir,
-                           FLAGS.sweep, {name: getattr(FLAGS, name)
-                                         for name in DEFAULTS}, _CACHE)
-        files.write_atomically(summary_path, lambda f: json.dump(
-            summary, f, indent=1), SUMMARY)
+                           FLAGS.sweep, parameters, _CACHE, classes)
         print(format_table(summary))
+        if not any(s.ground_truth is not None for s in sequences):
+            print("no sequence has gt/gt.txt: tracked, not scored")
         for model, entry in summary["models"].items():
             if model == NONE or "best" not in entry:
                 continue
             best = entry["best"]["parameters"]
+            gate = entry.get("ground_truth_gate")
             print(f"\n{model}: best --max_cosine_distance="
                   f"{best['max_cosine_distance']:g} --nn_budget="
                   f"{best['nn_budget']} (IDF1 "
                   f"{100 * entry['best']['metrics']['COMBINED']['IDF1']:.1f}"
-                  f"); gate on the ground truth: "
-                  f"{entry.get('ground_truth_gate') or float('nan'):.4g}")
+                  "); gate on the ground truth: " + (
+                      f"{gate:.4g}" if gate is not None else
+                      f"none (no track seen {GATE_FRAME_GAP} frames apart "
+                      "beside another in a frame)"))
             print(f"  python deep_sort_app.py --sequence_dir=SEQUENCE "
                   f"--detection_file="
-                  f"{os.path.join(output_dir, _safe_name(model), 'SEQUENCE')}"
+                  f"{os.path.join(entry['folder'], 'SEQUENCE')}"
                   f".npy --min_confidence="
                   f"{FLAGS.min_confidence:g} --nms_max_overlap="
                   f"{FLAGS.nms_max_overlap:g} --max_cosine_distance="
                   f"{best['max_cosine_distance']:g} --nn_budget="
                   f"{best['nn_budget']}")
-        print(f"wrote {summary_path}")
+        print(f"wrote {os.path.join(output_dir, SUMMARY_NAME)}")
         return 0
 
     return report_errors(argv, run, FLAG_NAMES)
@@ -303,6 +382,11 @@ def define_flags():
                          f"{', '.join(map(str, SWEEP_GATES))} with "
                          f"--nn_budget {', '.join(map(str, SWEEP_BUDGETS))}; "
                          "the best by IDF1 is printed.")
+    flags.DEFINE_string("classes", ",".join(map(str, mot.PEDESTRIANS)),
+                        "Classes of gt.txt scored as the tracked people "
+                        "(its 8th column, comma-separated; MOT17: 1 is a "
+                        "pedestrian; CVAT: the line of the label in "
+                        "labels.txt), or all.")
     flags.DEFINE_float("max_cosine_distance", DEFAULTS["max_cosine_distance"],
                        "Deep SORT's appearance gate.")
     flags.DEFINE_integer("nn_budget", DEFAULTS["nn_budget"], "Features kept "

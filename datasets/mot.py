@@ -33,6 +33,7 @@ import collections
 import json
 import math
 import os
+import re
 import time
 
 import numpy as np
@@ -44,12 +45,8 @@ from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.errors import parse_flags, report_errors
 
-# MOT17's pedestrian class; gt.txt's columns
-PEDESTRIAN = 1
-COLUMNS = ("frame, id, left, top, width, height, considered, class, "
-           "visibility")
-NUM_COLUMNS = 9
-DEFAULTS = {"classes": (PEDESTRIAN,), "min_visibility": 0.25,
+NUM_COLUMNS = mot.NUM_GT_COLUMNS
+DEFAULTS = {"classes": mot.PEDESTRIANS, "min_visibility": 0.25,
             "min_height": 32, "frame_stride": 1}
 JPEG_QUALITY = 95
 MANIFEST = "manifest.json"
@@ -69,17 +66,31 @@ REASONS = collections.OrderedDict([
 
 
 def _is_own_output(path):
+    """An empty folder, or the manifest and the identity folders it lists,
+    each holding as many crops as it says and nothing else."""
     names = set(os.listdir(path))
     if not names:
         return True
     with open(os.path.join(path, MANIFEST)) as f:
-        manifest = json.load(f)
-    return names <= {MANIFEST, *manifest["identities"]}
+        identities = json.load(f)["identities"]
+    if not names <= {MANIFEST, *identities}:
+        return False
+    for name in names - {MANIFEST}:
+        folder = os.path.join(path, name)
+        crops = os.listdir(folder)  # raises where it is not a folder
+        if len(crops) != identities[name] or not all(
+                CROP_NAME.fullmatch(c) and not os.path.islink(os.path.join(
+                    folder, c)) and os.path.isfile(os.path.join(folder, c))
+                for c in crops):
+            return False
+    return True
 
 
+# a crop's name: its frame
+CROP_NAME = re.compile(r"\d{6,}\.jpg")
 OUTPUT = files.Kind("an empty folder or crops written by this command "
-                    f"(identity folders and its {MANIFEST})",
-                    _is_own_output, is_dir=True)
+                    f"(identity folders of its crops alone, and its "
+                    f"{MANIFEST})", _is_own_output, is_dir=True)
 
 
 def select_boxes(rows, frame_shape, frame_exists, classes=DEFAULTS["classes"],
@@ -91,7 +102,7 @@ def select_boxes(rows, frame_shape, frame_exists, classes=DEFAULTS["classes"],
     Parameters
     ----------
     rows : ndarray (N, >= 9)
-        ``gt.txt``'s rows (see :data:`COLUMNS`).
+        ``gt.txt``'s rows (see :data:`mot.GT_COLUMNS`).
     frame_shape : (height, width, ...)
     frame_exists : callable
         ``frame_exists(frame number)``: whether ``img1/`` has the frame.
@@ -160,11 +171,6 @@ def _check_rows(sequence):
     if rows is None:
         raise UsageError(f"sequence {sequence.name}: no gt/gt.txt; the "
                          "crops are cut from the ground truth")
-    if len(rows) and rows.shape[1] < NUM_COLUMNS:
-        raise UsageError(
-            f"sequence {sequence.name}: gt/gt.txt has {rows.shape[1]} "
-            f"columns; expected {NUM_COLUMNS} ({COLUMNS}), as MOT16, MOT17, "
-            "MOT20 and MOT 1.1 write them")
     return rows
 
 
@@ -234,12 +240,7 @@ def convert(sequence_folders, output_dir, **filters):
     # frames that were not kept
     sequences = [mot.read_sequence(f, detections=False)
                  for f in sequence_folders]
-    names = [s.name for s in sequences]
-    repeated = {n for n in names if names.count(n) > 1}
-    if repeated:
-        raise ArgumentError(
-            "sequence_folders", sequence_folders, "two sequences are named "
-            f"{sorted(repeated)[0]}; their crops would share folders")
+    mot.check_distinct(sequences, "sequence_folders", sequence_folders)
     manifest = {"sources": [], "filters": {
         k: (list(v) if isinstance(v, tuple) else v)
         for k, v in filters.items()},
@@ -310,19 +311,6 @@ def format_report(manifest, output_dir):
     return "\n".join(lines)
 
 
-def parse_classes(text):
-    """``--classes``: a tuple of class numbers, or None for ``all``."""
-    if text.strip().lower() == "all":
-        return None
-    try:
-        classes = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise UsageError(f"--classes={text}: expected comma-separated class "
-                         "numbers (MOT17: 1 is a pedestrian) or all") \
-            from None
-    return classes
-
-
 def check_filters(min_visibility, min_height, frame_stride, classes=None):
     """ArgumentError naming a filter value out of its range."""
     if not math.isfinite(min_visibility) or not 0 <= min_visibility <= 1:
@@ -334,18 +322,14 @@ def check_filters(min_visibility, min_height, frame_stride, classes=None):
     if frame_stride < 1:
         raise ArgumentError("frame_stride", frame_stride,
                             "expected at least 1 (every frame)")
-    if classes is not None and (not classes or not all(
-            isinstance(c, (int, np.integer)) for c in classes)):
-        raise ArgumentError("classes", classes, "expected a tuple of class "
-                            "numbers (MOT17: 1 is a pedestrian), or None "
-                            "for every class")
+    mot.check_classes(classes)
 
 
 def main(argv):
     def run():
         manifest = convert(
             mot.find_sequences(FLAGS.sequences), FLAGS.output_dir,
-            classes=parse_classes(FLAGS.classes),
+            classes=mot.parse_classes(FLAGS.classes),
             min_visibility=FLAGS.min_visibility,
             min_height=FLAGS.min_height, frame_stride=FLAGS.frame_stride)
         print(format_report(manifest, FLAGS.output_dir))

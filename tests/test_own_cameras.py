@@ -203,7 +203,7 @@ def test_bad_annotations_and_outputs_are_one_line(hand_made, tmp_path):
                     name="TEXT-01")
     out = str(tmp_path / "out")
     for sequence, filters, message in (
-            (short, {}, "gt/gt.txt has 6 columns; expected 9"),
+            (short, {}, "gt.txt' has 6 columns; expected 9"),
             (text, {}, "cannot read ground-truth file"),
             # a Python caller is told its arguments' names
             (hand_made, {"min_visibility": 1.5}, "min_visibility=1.5:"),
@@ -214,9 +214,9 @@ def test_bad_annotations_and_outputs_are_one_line(hand_made, tmp_path):
         with pytest.raises(UsageError, match=re.escape(message)):
             mot_crops.convert([str(sequence)], out, **filters)
     with pytest.raises(UsageError, match="--classes=people"):
-        mot_crops.parse_classes("people")
-    assert mot_crops.parse_classes("all") is None
-    assert mot_crops.parse_classes("1,7") == (1, 7)
+        mot.parse_classes("people")
+    assert mot.parse_classes("all") is None
+    assert mot.parse_classes("1,7") == (1, 7)
     assert not (tmp_path / "out").exists()
 
 

@@ -24,6 +24,7 @@ import math
 import os
 import tempfile
 import time
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -145,7 +146,9 @@ def check_distinct(sequences, argument, value):
 
 def _read_rows(path, min_columns, what, columns):
     try:
-        rows = np.loadtxt(path, delimiter=",", ndmin=2)
+        with warnings.catch_warnings():  # an empty file is said below
+            warnings.simplefilter("ignore", UserWarning)
+            rows = np.loadtxt(path, delimiter=",", ndmin=2)
     except ValueError as e:
         raise UsageError(f"cannot read {what} '{path}': {e}") from e
     if rows.size and rows.shape[1] < min_columns:

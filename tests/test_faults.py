@@ -183,6 +183,29 @@ def test_ctrl_c_while_cutting_tracks_leaves_nothing(tmp_path):
     assert os.listdir(out) == []  # neither the folder nor its temporary
 
 
+def test_ctrl_c_while_tracking_leaves_nothing(trained, tmp_path):
+    """The tracking evaluation writes its folder whole or not at all."""
+    from cosine_metric_learning.datasets import synthetic
+    sequence = synthetic.write_mot_sequence(str(tmp_path / "seqs"), seed=1,
+                                            name="SEQ-0")
+    out = tmp_path / "out"
+    out.mkdir()
+    run = _Process(_with_default_sigint([
+        "-m", "cosine_metric_learning.track", f"--model={trained[0]}",
+        f"--sequences={sequence}", f"--output_dir={out / 'tracking'}",
+        "--sweep"]))
+    try:
+        run.wait_for("SEQ-0: encoded")  # then eight settings to track
+        run.process.send_signal(signal.SIGINT)
+        assert run.process.wait(60) == 130, run.text()[-3000:]
+    finally:
+        run.process.kill()
+    log = run.text()
+    assert "Traceback" not in log and error_lines(log) == [INTERRUPTED], \
+        log[-3000:]
+    assert os.listdir(out) == []  # neither the folder nor its temporary
+
+
 def _with_default_sigint(args):
     """``args`` run by this Python with SIGINT's default action: a process
     started in the background by a non-interactive shell (as a CI job may

@@ -156,6 +156,21 @@ def test_the_converter_keeps_exactly_what_its_filters_keep(hand_made,
         "000001.jpg", "000003.jpg", "000005.jpg"]
     assert not (output / "HAND-01_6").exists()  # one crop left: skipped
 
+    # a file the converter did not write, inside an identity folder (a
+    # note, a hand-added crop, a folder), keeps the output from being
+    # replaced; the refusal comes before any work
+    before = {p: p.read_bytes() for p in output.rglob("*") if p.is_file()}
+    for extra in ("notes.txt", "000002.jpg", "more"):
+        path = output / "HAND-01_1" / extra
+        path.mkdir() if extra == "more" else path.write_bytes(b"mine")
+        one_error_line(run_script(
+            "-m", "cosine_metric_learning.datasets.mot",
+            f"--sequences={hand_made}", f"--output_dir={output}"),
+            "refusing to replace", str(output))
+        assert {p: p.read_bytes() for p in output.rglob("*")
+                if p.is_file() and p != path} == before
+        path.rmdir() if extra == "more" else path.unlink()
+
 
 def test_the_frame_stride_counts_frames_since_the_last_kept_box():
     rows = np.asarray([row for row, _ in ROWS], np.float64)

@@ -1,8 +1,10 @@
 """The tracking evaluation: Deep SORT (deep-sort-realtime) on MOTChallenge
 sequences, scored by TrackEval; checked by hand and against motmetrics."""
 
+import glob
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -250,3 +252,247 @@ def test_the_evaluator_tracks_each_checkpoint(market_dir, sequence_dir,
                                  "track_sequences": str(tmp_path)})
     with pytest.raises(UsageError, match="holds no sequence"):
         evaluator.evaluate_checkpoints(MARKET1501, bad)
+    # and one whose ground truth cannot be scored, or given twice
+    copy = tmp_path / "seqs" / "BADGT-01"
+    shutil.copytree(sequence_dir, copy)
+    _edit(copy / "gt" / "gt.txt", _set(0, 0, 0))
+    for sequences, message in ((str(copy), "row 1 (0,"), (
+            f"{sequence_dir},{sequence_dir}", "is given twice")):
+        bad = settings.EvalConfig(**{**config.__dict__,
+                                     "track_sequences": sequences})
+        with pytest.raises(UsageError, match=re.escape(message)):
+            evaluator.evaluate_checkpoints(MARKET1501, bad)
+
+
+# A new user's input: every mistake is one line before the work, and no
+# output is lost or wrong -------------------------------------------------
+
+@pytest.fixture(scope="module")
+def short_dir(tmp_path_factory):
+    """A 24-frame sequence of one pair (it has det/ and gt/)."""
+    return synthetic.write_mot_sequence(
+        str(tmp_path_factory.mktemp("short")), num_pairs=1, num_frames=24,
+        seed=2, name="SHORT-01")
+
+
+def _copy(sequence_dir, tmp_path, name="COPY-01"):
+    copy = tmp_path / name
+    shutil.copytree(sequence_dir, copy)
+    info = copy / "seqinfo.ini"
+    info.write_text(info.read_text().replace("name=SHORT-01", f"name={name}"))
+    return copy
+
+
+def _edit(path, edit):
+    rows = np.loadtxt(path, delimiter=",", ndmin=2)
+    np.savetxt(path, edit(rows), fmt="%.6g", delimiter=",")
+
+
+def _rows(*columns):
+    def edit(rows):
+        return rows[:, :columns[0]]
+    return edit
+
+
+def _set(row, column, value):
+    def edit(rows):
+        rows[row, column] = value
+        return rows
+    return edit
+
+
+@pytest.mark.parametrize("file, edit, message", [
+    ("gt", _rows(6), "gt.txt' has 6 columns; expected 9 (frame, id, left"),
+    ("gt", _rows(7), "gt.txt' has 7 columns; expected 9"),
+    ("gt", _set(3, 0, 0), "row 4 (0,"),
+    ("gt", _set(3, 0, 2.5), "frame 2.5 is not a frame number"),
+    ("gt", _set(0, 0, 99), "(e.g. frame 99; its frames are 1 to 24)"),
+    ("gt", _set(0, 4, np.nan), "row 1 (1,1,"),
+    ("gt", lambda rows: rows[:0], "gt.txt' is empty"),
+    ("gt", _set(slice(None), 7, 3), "classes=(1,): sequence COPY-01: no box "
+     "of these classes is marked to be considered in"),
+    ("det", _set(2, 6, np.nan), "a number is missing or not finite"),
+    ("det", _set(2, 0, 0), "frame 0 is not a frame number"),
+])
+def test_annotations_are_checked_before_the_work(short_dir, tmp_path, file,
+                                                 edit, message):
+    copy = _copy(short_dir, tmp_path)
+    _edit(copy / file / f"{file}.txt", edit)
+    with pytest.raises(UsageError) as raised:
+        sequence = mot.read_sequence(str(copy))
+        mot.check_ground_truth(sequence)
+    assert message in str(raised.value)
+    # the evaluator's --track_sequences refuses the same at its start, and
+    # the command before it encodes or writes anything
+    if file == "gt" and "columns" not in message:
+        result = run_script("-m", "cosine_metric_learning.track",
+                            "--model=none", f"--sequences={copy}",
+                            f"--output_dir={tmp_path / 'out'}")
+        one_error_line(result, "sequence COPY-01")
+        assert not (tmp_path / "out").exists()
+
+
+def test_the_frames_are_trusted_over_seqinfo(short_dir, tmp_path, caplog):
+    """seqinfo.ini that disagrees with img1/ (a smaller size, more or
+    fewer frames) is said in a warning; the frames are used, by the
+    tracker and the converter alike."""
+    from cosine_metric_learning.datasets import mot as mot_crops
+    pristine = mot_crops.convert([short_dir], str(tmp_path / "pristine"))
+    for length in (50, 10):
+        copy = _copy(short_dir, tmp_path, f"INI{length}-01")
+        info = copy / "seqinfo.ini"
+        info.write_text(info.read_text().replace("imWidth=640", "imWidth=320")
+                        .replace("imHeight=360", "imHeight=180")
+                        .replace("seqLength=24", f"seqLength={length}"))
+        caplog.clear()
+        sequence = mot.read_sequence(str(copy))
+        assert sequence.image_shape == (360, 640, 3)
+        assert sequence.num_frames == 24 and len(sequence.frame_paths) == 24
+        assert f"seqinfo.ini says {length} frames of 320x180, but" in \
+            caplog.text and "holds frames up to 24 of 640x360" in caplog.text
+        manifest = mot_crops.convert([str(copy)], str(tmp_path / f"o{length}"))
+        assert manifest["counts"] == pristine["counts"]
+        assert list(manifest["identities"].values()) == list(
+            pristine["identities"].values())
+
+
+def test_models_and_sequences_given_twice(short_dir, trained, tmp_path):
+    """Models whose last path components are equal get their own
+    folders; a model or a sequence given twice is refused."""
+    models = []
+    for parent in ("a", "b"):
+        folder = tmp_path / parent / "exp"
+        folder.mkdir(parents=True)
+        for part in glob.glob(trained[0] + ".*"):
+            shutil.copy(part, folder)
+        models.append(str(folder / os.path.basename(trained[0])))
+    labels = track.model_labels(models + ["none"])
+    assert labels == {models[0]: os.path.join("a", "exp", "ckpt-1"),
+                      models[1]: os.path.join("b", "exp", "ckpt-1"),
+                      "none": "none"}
+    out = tmp_path / "out"
+    summary = track.evaluate(models, [mot.read_sequence(short_dir)], "det",
+                             str(out), sweep=False)
+    folders = [summary["models"][m]["folder"] for m in models]
+    assert folders[0] != folders[1]
+    for folder in folders:
+        assert os.path.isfile(os.path.join(folder, "SHORT-01.npy"))
+    assert sorted(os.listdir(out)) == sorted(
+        [os.path.basename(f) for f in folders] + ["summary.json"])
+    for given, message in (
+            ([models[0], models[0] + "/../ckpt-1"], "is given twice"),
+            (["none", "none"], "'none' is given twice"),
+            ([], "no model given")):
+        with pytest.raises(UsageError, match=re.escape(message)):
+            track.model_labels(given)
+    with pytest.raises(UsageError, match="is given twice"):
+        mot.read_sequences(f"{os.path.dirname(short_dir)},{short_dir}")
+    result = run_script("-m", "cosine_metric_learning.track", "--model=,",
+                        f"--sequences={short_dir}",
+                        f"--output_dir={tmp_path / 'none'}")
+    one_error_line(result, "--model=: no model given")
+
+
+def test_the_output_folder_is_whole_and_keeps_what_is_not_its_own(
+        short_dir, tmp_path):
+    out = tmp_path / "out"
+    track.evaluate(["none"], [mot.read_sequence(short_dir)], "det",
+                   str(out), sweep=False)
+    first = json.loads((out / "summary.json").read_text())
+    assert sorted(first["files"]) == ["none/gate0.2_budget100/SHORT-01.txt",
+                                      "summary.json"]
+    # a rerun replaces its own output; a user's file in it is kept and
+    # the rerun refused before the work
+    track.evaluate(["none"], [mot.read_sequence(short_dir)], "det",
+                   str(out), sweep=False)
+    for extra in (out / "notes.txt", out / "none" / "SHORT-02.npy"):
+        extra.write_text("mine")
+        with pytest.raises(UsageError, match="refusing to replace"):
+            track.evaluate(["none"], [mot.read_sequence(short_dir)], "det",
+                           str(out), sweep=False)
+        assert extra.read_text() == "mine"
+        extra.unlink()
+    # a folder of the user's files is not an output
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "photo.jpg").write_text("mine")
+    with pytest.raises(UsageError, match="refusing to replace"):
+        track.evaluate(["none"], [mot.read_sequence(short_dir)], "det",
+                       str(tmp_path / "mine"), sweep=False)
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("nn_budget", -3, "nn_budget=-3: expected at least 1"),
+    ("max_iou_distance", -0.5, "max_iou_distance=-0.5: expected an IoU"),
+    ("nms_max_overlap", -1.0, "nms_max_overlap=-1.0: expected an overlap"),
+    ("max_age", -1, "max_age=-1: expected 0 or more"),
+    ("n_init", -2, "n_init=-2: expected at least 1"),
+    ("max_cosine_distance", float("nan"), "max_cosine_distance=nan"),
+    ("min_confidence", float("inf"), "min_confidence=inf: expected a "
+     "finite"),
+    ("nn_budget", 1.5, "nn_budget=1.5"),
+])
+def test_tracker_parameters_out_of_range(name, value, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        mot.check_parameters({**mot.DEFAULTS, name: value})
+
+
+def test_the_command_names_the_flag_and_the_frame(short_dir, trained,
+                                                  tmp_path):
+    out = tmp_path / "out"
+    for flag, message in (
+            ("--nn_budget=-3", "--nn_budget=-3: expected at least 1"),
+            ("--min_confidence=2", "--min_confidence=2.0: sequence SHORT-01 "
+             "has no detection left (its confidences range from")):
+        result = run_script("-m", "cosine_metric_learning.track",
+                            "--model=none", f"--sequences={short_dir}",
+                            f"--output_dir={out}", flag)
+        one_error_line(result, message)
+    # a truncated frame: named, before anything is written
+    copy = _copy(short_dir, tmp_path)
+    frame = copy / "img1" / "000005.jpg"
+    frame.write_bytes(frame.read_bytes()[:2000])
+    result = run_script("-m", "cosine_metric_learning.track",
+                        f"--model={trained[0]}", f"--sequences={copy}",
+                        f"--output_dir={out}")
+    one_error_line(result, f"cannot read frame '{frame}': image file is "
+                   "truncated")
+    assert not out.exists()
+
+
+def test_other_tools_class_numbers_and_a_short_sequence(short_dir, trained,
+                                                        tmp_path):
+    """Pedestrians under another class number are scored with --classes
+    as MOT17's class 1 is; a sequence too short for the ground-truth gate
+    says so."""
+    relabelled = _copy(short_dir, tmp_path, "CLASS3-01")
+    _edit(relabelled / "gt" / "gt.txt", _set(slice(None), 7, 3))
+    _edit(relabelled / "gt" / "gt.txt", _set(0, 7, 1))  # one "car"
+    expected = track.evaluate(["none"], [mot.read_sequence(short_dir)],
+                              "det", str(tmp_path / "a"), sweep=False)
+    numbers = track.evaluate(["none"], [mot.read_sequence(str(relabelled))],
+                             "det", str(tmp_path / "b"), sweep=False,
+                             classes=(3,))
+    a = expected["models"]["none"]["runs"][0]["metrics"]["COMBINED"]
+    b = numbers["models"]["none"]["runs"][0]["metrics"]["COMBINED"]
+    # the "car" is not scored: its box goes from the ground truth
+    assert b["DetA"] != a["DetA"]
+    everything = track.evaluate(["none"], [mot.read_sequence(
+        str(relabelled))], "det", str(tmp_path / "c"), sweep=False,
+        classes=None)
+    assert everything["models"]["none"]["runs"][0]["metrics"][
+        "COMBINED"] == a
+    # the command, on 8 frames: no pair of boxes 10 frames apart
+    short = _copy(short_dir, tmp_path, "EIGHT-01")
+    _edit(short / "gt" / "gt.txt", lambda rows: np.where(
+        rows[:, 7:8] == 1, np.hstack([rows[:, :7], np.full((len(rows), 1),
+                                                           3), rows[:, 8:]]),
+        rows)[rows[:, 0] <= 8])
+    _edit(short / "det" / "det.txt", lambda rows: rows[rows[:, 0] <= 8])
+    for n in range(9, 25):
+        os.remove(short / "img1" / f"{n:06d}.jpg")
+    result = run_script("-m", "cosine_metric_learning.track",
+                        f"--model={trained[0]}", f"--sequences={short}",
+                        "--classes=3", f"--output_dir={tmp_path / 'd'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "gate on the ground truth: none (no track seen 10 frames apart" \
+        in result.stdout

@@ -53,19 +53,41 @@ def verify(prefix):
     return values
 
 
+# the files of exported models: made from a checkpoint, not one
+EXPORTED = (".pb", ".onnx", ".xml", ".bin", ".tflite")
+
+
 def resolve_checkpoint(path):
-    """A checkpoint prefix from a prefix or a directory; ArgumentError if
-    none."""
+    """A checkpoint prefix from a prefix or a folder of checkpoints (a
+    training run's, TF1's too: its latest); ArgumentError saying what
+    ``path`` is instead."""
     if path is None:
         raise ArgumentError("path", path, "expected a checkpoint prefix or "
                             "a folder of checkpoints")
     if os.path.isdir(path):
+        if tf.saved_model.contains_saved_model(path):
+            raise ArgumentError("path", path, "a SavedModel is an exported "
+                                "model, not a checkpoint; pass the training "
+                                "run or checkpoint it was exported from")
         latest = tf.train.latest_checkpoint(path)
         if latest is None:
             raise ArgumentError("path", path, "the directory holds no "
                                 "checkpoint")
         return latest
+    if path.lower().endswith(EXPORTED) and os.path.isfile(path):
+        raise ArgumentError("path", path, "an exported model, not a "
+                            "checkpoint; pass the training run or "
+                            "checkpoint it was exported from")
     if not tf.io.gfile.exists(path + ".index"):
+        if os.path.isfile(path):  # a V1 checkpoint is one file
+            try:
+                tf.train.load_checkpoint(path)
+            except (tf.errors.OpError, ValueError) as e:
+                raise ArgumentError(
+                    "path", path, "TensorFlow cannot read it as a "
+                    f"checkpoint ({first_line(e)}): a damaged or "
+                    "truncated file, or not a checkpoint") from None
+            return path
         raise ArgumentError("path", path, "no such checkpoint (expected "
                             f"{path}.index)")
     return path
@@ -157,8 +179,10 @@ def load_encoder(path, image_shape=None):
     (keras.Model, str)
         The encoder and the checkpoint prefix it was loaded from.
     """
-    if release.is_tf1(path):
-        return release.load_encoder(path, image_shape), path
+    prefix = (resolve_checkpoint(path) if path is not None
+              and os.path.isdir(path) else path)
+    if release.is_tf1(prefix):
+        return release.load_encoder(prefix, image_shape), prefix
     prefix = resolve_checkpoint(path)
     encoder = run_encoder(run_settings.describe(prefix), image_shape)
     restore(prefix, encoder=encoder)

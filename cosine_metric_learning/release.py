@@ -69,8 +69,10 @@ def is_tf1(path):
         return False
     if path.lower().endswith(".pb"):
         return os.path.isfile(path)
-    if os.path.isdir(path):
-        return False
+    if os.path.isdir(path):  # a TF1 run: its latest checkpoint
+        path = tf.train.latest_checkpoint(path)
+        if path is None:
+            return False
     try:
         reader = tf.train.load_checkpoint(path)
     except (tf.errors.OpError, ValueError):

@@ -315,6 +315,11 @@ class EncodeConfig(BackendConfig, ShapeConfig, BatchConfig):
         lambda value: None if value else "expected a .npy or .mat file name")
 
 
+# the largest input: training memory grows with the pixels (a batch of
+# 128 at 128x64 takes 2-3 GB; this is 32 times the pixels)
+MAX_IMAGE_PIXELS = 512 * 512
+
+
 def _image_shape_problem(text):
     """What is wrong with a ``"H,W"`` text, or None."""
     try:
@@ -324,6 +329,10 @@ def _image_shape_problem(text):
     if height < 8 or width < 8:
         return ("the network halves the size three times; expected a "
                 "height and width of at least 8")
+    if height * width > MAX_IMAGE_PIXELS:
+        return (f"expected at most {MAX_IMAGE_PIXELS} pixels (512x512): "
+                "a patch of one person or vehicle (the paper's is 128x64); "
+                "larger ones do not fit a batch in memory")
     return None
 
 

@@ -12,13 +12,14 @@ boxes: two views of the same person should be nearer than other people.
 import argparse
 import collections
 import os
-
+import sys
 
 import numpy as np
 from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning.datasets import market1501
+from cosine_metric_learning.errors import ArgumentError, UsageError
 
 
 def main(argv=None):
@@ -27,7 +28,16 @@ def main(argv=None):
     parser.add_argument("--dataset_dir", required=True)
     parser.add_argument("--num_people", type=int, default=3)
     args = parser.parse_args(argv)
+    try:
+        return encode_people(args)
+    except UsageError as e:  # a bad --model or --dataset_dir: one line
+        text = e.for_flags({"path": "--model"}) \
+            if isinstance(e, ArgumentError) else e
+        print(f"error: {text}", file=sys.stderr)
+        return 2
 
+
+def encode_people(args):
     files, ids, _ = market1501.read_split_to_str(
         os.path.join(args.dataset_dir, "query"))
     by_id = collections.defaultdict(list)
@@ -55,7 +65,8 @@ def main(argv=None):
     print(" " * 8 + "".join(f"{l:>8s}" for l in labels))
     for label, row in zip(labels, distances):
         print(f"{label:>8s}" + "".join(f"{d:8.3f}" for d in row))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

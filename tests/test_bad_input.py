@@ -17,7 +17,7 @@ from PIL import Image
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import checkpoints, cli, deploy, encode
 from cosine_metric_learning import evaluator, export
-from cosine_metric_learning import files, protocol, training
+from cosine_metric_learning import files, protocol, settings, training
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.datasets import synthetic
 from tests.conftest import (one_error_line, read_events, run_script,
@@ -578,3 +578,26 @@ def test_the_library_names_its_arguments_and_the_command_its_flags(
     assert error.value.for_flags(cli.FLAG_NAMES).startswith(
         "--rerank: k1=0, k2=6, lambda=0.3: expected k1 >= 1")
     assert str(error.value).startswith("rerank_parameters=(0, 6, 0.3): k1=0")
+
+
+def test_what_a_path_is_instead_of_a_checkpoint(market_dir, tmp_path):
+    """An exported model, a SavedModel or a huge input size where a
+    checkpoint or a patch size is expected: said as what it is."""
+    exported = tmp_path / "market1501.onnx"
+    exported.write_bytes(b"an onnx file")
+    with pytest.raises(UsageError, match=r"^path='.*market1501.onnx': an "
+                       "exported model, not a checkpoint; pass the training "
+                       "run or checkpoint it was exported from"):
+        checkpoints.resolve_checkpoint(str(exported))
+    result = run_script("train_market1501.py", "--mode=tflite",
+                        f"--restore_path={exported}",
+                        f"--output={tmp_path / 'm.tflite'}")
+    one_error_line(result, f"--restore_path={exported}: an exported model")
+    with pytest.raises(UsageError, match=r"--image_shape=100000,100000: "
+                       r"expected at most 262144 pixels"):
+        settings.parse_image_shape("100000,100000")
+    assert settings.parse_image_shape("512,512") == (512, 512, 3)
+    # the box encoder example: a bad model is its one line too
+    result = run_script("examples/box_encoder.py", "--model=nope.pb",
+                        f"--dataset_dir={market_dir}")
+    assert one_error_line(result) == "error: --model=nope.pb: no such file"

@@ -178,6 +178,18 @@ def _tf1_checkpoint(path, variables):
 
 def test_bad_tf1_models_are_one_line(release_files, market_dir, tmp_path):
     checkpoint, graph, _, _ = release_files
+    # the original trainer's run folder (its "checkpoint" state file
+    # names the V1 file) loads as the checkpoint in it does
+    encoder, prefix = checkpoints.load_encoder(os.path.dirname(checkpoint))
+    assert prefix == checkpoint
+    assert checkpoints.network_of(os.path.dirname(checkpoint)) == \
+        "mars_small128"
+    # a truncated V1 file exists: it is said to be unreadable, not missing
+    truncated = tmp_path / os.path.basename(checkpoint)
+    truncated.write_bytes(open(checkpoint, "rb").read()[:100000])
+    with pytest.raises(ArgumentError, match="TensorFlow cannot read it as "
+                       "a checkpoint .*: a damaged or truncated file"):
+        checkpoints.load_encoder(str(truncated))
     # a TF1 checkpoint of another network: what is missing, what differs
     other = _tf1_checkpoint(str(tmp_path / "other.ckpt"), {
         "conv1_1/weights": np.zeros((5, 5, 3, 16)),

@@ -18,7 +18,12 @@ gates and budgets and names the best; the gate found on the ground truth
 (a track's own boxes some frames apart against other tracks' boxes in the
 same frame, at equal error) is printed beside it.
 
-The tracker and the metrics are the optional ``track`` dependencies.
+Every flag, sequence (``gt.txt`` and ``det.txt`` as
+:func:`mot.check_ground_truth` and :func:`mot.read_sequence` check them)
+and model is checked before the work; ``--output_dir`` is written whole
+(Ctrl-C leaves nothing) and replaces only an earlier output of the
+command. The tracker and the metrics are the optional ``track``
+dependencies.
 """
 
 import json

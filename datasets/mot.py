@@ -12,10 +12,10 @@ person seen in two sequences is two identities unless their folders are
 merged). Only ``img1/`` and ``gt/gt.txt`` are read: ``det/`` may be
 absent, or list frames that were not kept.
 
-A box is kept when its numbers are finite and its size positive, its row
-is marked to be considered, its class is in ``--classes``, its visibility
-is at least ``--min_visibility``, it is not entirely outside the frame,
-its part inside the frame (boxes are clipped to it) is at least
+A box is kept when its numbers are finite, its frame whole and its size
+positive, its row is marked to be considered, its class is in
+``--classes``, its visibility is at least ``--min_visibility``, it is
+not entirely outside the frame, its part inside the frame (boxes are clipped to it) is at least
 ``--min_height`` pixels tall, its frame is in ``img1/``, and at least
 ``--frame_stride`` frames passed since the track's previous kept box
 (frames of ``gt.txt`` missing from ``img1/`` are counted in one warning
@@ -52,7 +52,7 @@ JPEG_QUALITY = 95
 MANIFEST = "manifest.json"
 # the reasons a box is dropped, in the order they are tested
 REASONS = collections.OrderedDict([
-    ("not_a_number", "a coordinate is not a number"),
+    ("not_a_number", "a value is not a number, or the frame is fractional"),
     ("empty", "zero or negative width or height"),
     ("not_considered", "marked not to be considered"),
     ("class", "a class not in --classes"),
@@ -123,7 +123,7 @@ def select_boxes(rows, frame_shape, frame_exists, classes=DEFAULTS["classes"],
         frame, track, left, top, box_w, box_h, considered, label, \
             visibility = row[:NUM_COLUMNS]
         box = None
-        if not np.all(np.isfinite(row[:NUM_COLUMNS])):
+        if not np.all(np.isfinite(row[:NUM_COLUMNS])) or frame != int(frame):
             reason = "not_a_number"
         elif box_w <= 0 or box_h <= 0:
             reason = "empty"

@@ -15,14 +15,14 @@ absent, or list frames that were not kept.
 A box is kept when its numbers are finite, its frame whole and its size
 positive, its row is marked to be considered, its class is in
 ``--classes``, its visibility is at least ``--min_visibility``, it is
-not entirely outside the frame, its part inside the frame (boxes are clipped to it) is at least
-``--min_height`` pixels tall, its frame is in ``img1/``, and at least
-``--frame_stride`` frames passed since the track's previous kept box
-(frames of ``gt.txt`` missing from ``img1/`` are counted in one warning
-per sequence). Tracks left with fewer than two crops are skipped. Each
-box is counted under the first reason that drops it; the counts, the
-filters and the sources are printed and written to
-``OUT/manifest.json``.
+not entirely outside the frame, its part inside the frame (boxes are
+clipped to it) is at least ``--min_height`` pixels tall, its frame is in
+``img1/``, and at least ``--frame_stride`` frames passed since the
+track's previous kept box (frames of ``gt.txt`` missing from ``img1/``
+are counted in one warning per sequence). Tracks left with fewer than
+two crops are skipped. Each box is counted under the first reason that
+drops it; the counts, the filters and the sources are printed and
+written to ``OUT/manifest.json``.
 
 The output folder is written whole or not at all (Ctrl-C leaves nothing);
 an existing one is replaced only if it is empty or an earlier output of

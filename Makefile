@@ -28,7 +28,7 @@ test: install
 # The evaluator runs beside training, on the CPU, as it would beside a GPU
 # run: it evaluates every checkpoint and stops after the last step's.
 demo: install
-	rm -rf $(DEMO_DIR)/output $(DEMO_DIR)/eval
+	rm -rf $(DEMO_DIR)/output $(DEMO_DIR)/eval $(DEMO_DIR)/tracking
 	$(PY) -m cosine_metric_learning.datasets.synthetic --layout=market1501 \
 		--output_dir=$(DEMO_DIR)/Market-1501-synthetic
 	CUDA_VISIBLE_DEVICES="" $(PY) train_market1501.py --mode=eval \

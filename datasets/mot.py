@@ -26,7 +26,7 @@ written to ``OUT/manifest.json``.
 
 The output folder is written whole or not at all (Ctrl-C leaves nothing);
 an existing one is replaced only if it is empty or an earlier output of
-this command.
+this command with nothing added to it.
 """
 
 import collections

@@ -166,21 +166,9 @@ def test_ctrl_c_while_cutting_tracks_leaves_nothing(tmp_path):
         info = copy / "seqinfo.ini"
         info.write_text(info.read_text().replace("name=SEQ-0",
                                                  f"name=SEQ-{k}"))
-    out = tmp_path / "out"
-    out.mkdir()
-    run = _Process(_with_default_sigint([
+    _ctrl_c_leaves_no_folder(tmp_path, "SEQ-0: cutting", [
         "-m", "cosine_metric_learning.datasets.mot",
-        f"--sequences={tmp_path / 'seqs'}", f"--output_dir={out / 'people'}"]))
-    try:
-        run.wait_for("SEQ-0: cutting")
-        run.process.send_signal(signal.SIGINT)
-        assert run.process.wait(60) == 130, run.text()[-3000:]
-    finally:
-        run.process.kill()
-    log = run.text()
-    assert "Traceback" not in log and error_lines(log) == [INTERRUPTED], \
-        log[-3000:]
-    assert os.listdir(out) == []  # neither the folder nor its temporary
+        f"--sequences={tmp_path / 'seqs'}"])
 
 
 def test_ctrl_c_while_tracking_leaves_nothing(trained, tmp_path):
@@ -188,14 +176,21 @@ def test_ctrl_c_while_tracking_leaves_nothing(trained, tmp_path):
     from cosine_metric_learning.datasets import synthetic
     sequence = synthetic.write_mot_sequence(str(tmp_path / "seqs"), seed=1,
                                             name="SEQ-0")
+    # after the encoding, eight settings to track
+    _ctrl_c_leaves_no_folder(tmp_path, "SEQ-0: encoded", [
+        "-m", "cosine_metric_learning.track", f"--model={trained[0]}",
+        f"--sequences={sequence}", "--sweep"])
+
+
+def _ctrl_c_leaves_no_folder(tmp_path, waits_for, args):
+    """Ctrl-C once the command ``args`` logged ``waits_for``: one line,
+    exit 130, and neither its --output_dir nor a temporary folder."""
     out = tmp_path / "out"
     out.mkdir()
-    run = _Process(_with_default_sigint([
-        "-m", "cosine_metric_learning.track", f"--model={trained[0]}",
-        f"--sequences={sequence}", f"--output_dir={out / 'tracking'}",
-        "--sweep"]))
+    run = _Process(_with_default_sigint(
+        [*args, f"--output_dir={out / 'folder'}"]))
     try:
-        run.wait_for("SEQ-0: encoded")  # then eight settings to track
+        run.wait_for(waits_for)
         run.process.send_signal(signal.SIGINT)
         assert run.process.wait(60) == 130, run.text()[-3000:]
     finally:
@@ -203,7 +198,7 @@ def test_ctrl_c_while_tracking_leaves_nothing(trained, tmp_path):
     log = run.text()
     assert "Traceback" not in log and error_lines(log) == [INTERRUPTED], \
         log[-3000:]
-    assert os.listdir(out) == []  # neither the folder nor its temporary
+    assert os.listdir(out) == []
 
 
 def _with_default_sigint(args):

@@ -16,6 +16,10 @@ query's identity and camera fewer than ``--min_frame_gap`` frames away
 left out (see ``datasets/image_folder.py``).
 """
 
+if __name__ == "__main__":  # Ctrl-C while the imports load: one line
+    from cosine_metric_learning import errors as _errors
+    _errors.quiet_ctrl_c_while_starting()
+
 import dataclasses
 import functools
 

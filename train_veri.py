@@ -13,6 +13,10 @@ Same modes and flags as ``train_market1501.py``; ``--mode=test`` is the
 field's VeRi-776 protocol (see ``datasets/veri.py``).
 """
 
+if __name__ == "__main__":  # Ctrl-C while the imports load: one line
+    from cosine_metric_learning import errors as _errors
+    _errors.quiet_ctrl_c_while_starting()
+
 from cosine_metric_learning import cli
 from cosine_metric_learning.datasets.spec import VERI as DATASET
 

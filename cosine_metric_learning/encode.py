@@ -14,6 +14,10 @@ output writes the features and the file names, one per row, to
 (keys ``features`` and ``filenames``).
 """
 
+if __name__ == "__main__":  # Ctrl-C while the imports load: one line
+    from cosine_metric_learning import errors as _errors
+    _errors.quiet_ctrl_c_while_starting()
+
 import glob
 import os
 import time

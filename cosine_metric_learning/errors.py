@@ -2,6 +2,7 @@
 go on."""
 
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -116,8 +117,8 @@ def _ctrl_c_remembered():
         raise KeyboardInterrupt
 
     main = threading.current_thread() is threading.main_thread()
-    if not main or signal.getsignal(signal.SIGINT) is not \
-            signal.default_int_handler:
+    if not main or signal.getsignal(signal.SIGINT) not in (
+            signal.default_int_handler, _interrupted_while_starting):
         yield received
         return
     signal.signal(signal.SIGINT, remember)
@@ -125,6 +126,22 @@ def _ctrl_c_remembered():
         yield received
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def quiet_ctrl_c_while_starting():
+    """A command's first statement (before its imports, under ``if
+    __name__ == "__main__"``): Ctrl-C while TensorFlow and the rest load,
+    or while the flags are parsed, ends the program with the one line and
+    status 130 instead of an import's traceback, until
+    :func:`report_errors` takes over. Where SIGINT is ignored or handled
+    otherwise, nothing changes."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+
+def _interrupted_while_starting(signum, frame):
+    print(INTERRUPTED, file=sys.stderr, flush=True)
+    os._exit(INTERRUPTED_STATUS)  # nothing is written yet
 
 
 def parse_flags(argv):

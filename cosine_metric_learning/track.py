@@ -26,6 +26,10 @@ command. The tracker and the metrics are the optional ``track``
 dependencies.
 """
 
+if __name__ == "__main__":  # Ctrl-C while the imports load: one line
+    from cosine_metric_learning import errors as _errors
+    _errors.quiet_ctrl_c_while_starting()
+
 import json
 import os
 

@@ -5,6 +5,10 @@
 
 Every kept ground-truth box of each MOTChallenge sequence (MOT16/17/20,
 or ``img1/`` and ``gt/gt.txt`` as annotation tools export MOT 1.1) is cut
+if __name__ == "__main__":  # Ctrl-C while the imports load: one line
+    from cosine_metric_learning import errors as _errors
+    _errors.quiet_ctrl_c_while_starting()
+
 from its frame into ``OUT/<sequence>_<track id>/<frame>.jpg``: one folder
 per track, the frame number in the name, the layout ``train_custom.py``
 reads (a track is an identity; each sequence is its own camera, so a

@@ -201,6 +201,43 @@ def _ctrl_c_leaves_no_folder(tmp_path, waits_for, args):
     assert os.listdir(out) == []
 
 
+def _maps_tensorflow(pid):
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return "tensorflow" in f.read()
+    except OSError:  # gone
+        return True
+
+
+@pytest.mark.parametrize("command", [
+    ["-m", "cosine_metric_learning.track", "--model=none"],
+    ["train_market1501.py", "--mode=test", "--restore_path=x"]])
+def test_ctrl_c_while_a_command_starts_is_one_line(tmp_path, command):
+    """Ctrl-C while TensorFlow loads (its library mapped, its import not
+    done): the command's one line, not an import's traceback."""
+    for _ in range(3):  # a start that got past the imports first: again
+        process = subprocess.Popen(
+            _with_default_sigint([*command, f"--dataset_dir={tmp_path}",
+                                  f"--sequences={tmp_path}",
+                                  f"--output_dir={tmp_path / 'out'}"]),
+            cwd=ROOT, env=ENV, text=True, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE)
+        try:
+            deadline = time.time() + 120
+            while not _maps_tensorflow(process.pid) and \
+                    time.time() < deadline:
+                time.sleep(0.01)
+            process.send_signal(signal.SIGINT)
+            _, stderr = process.communicate(timeout=60)
+        finally:
+            process.kill()
+        if process.returncode != 2:  # 2: the bad flags were reached
+            break
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and error_lines(stderr) == [
+        INTERRUPTED], stderr[-3000:]
+
+
 def _with_default_sigint(args):
     """``args`` run by this Python with SIGINT's default action: a process
     started in the background by a non-interactive shell (as a CI job may

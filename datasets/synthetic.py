@@ -14,10 +14,6 @@ Usage::
         --layout=market1501|mars|veri|identity_folders|mot --output_dir=DIR
 """
 
-if __name__ == "__main__":  # Ctrl-C while the imports load: one line
-    from cosine_metric_learning import errors as _errors
-    _errors.quiet_ctrl_c_while_starting()
-
 import argparse
 import os
 import sys

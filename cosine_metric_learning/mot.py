@@ -598,11 +598,13 @@ def encode_rows(encoder, sequence, rows, progress_secs=10.0):
 
 
 def run_tracker(rows, features, num_frames, max_cosine_distance, nn_budget,
-                max_iou_distance, max_age, n_init):
+                max_iou_distance, max_age, n_init, matches=None):
     """Deep SORT (``deep-sort-realtime``) over the detections ``rows``
     with their ``features``; returns the result rows ``(frame, track,
     left, top, width, height)`` of the confirmed tracks updated in that
-    frame, as Deep SORT's application writes them."""
+    frame, as Deep SORT's application writes them. ``matches``, a list,
+    gets ``(frame, track, index of the row)`` of each of them: the
+    detection the track was updated with."""
     DeepSort = require_tracker()
     # it logs its settings at every start: a sweep starts it many times
     pylogging.getLogger("deep_sort_realtime").setLevel(pylogging.WARNING)
@@ -616,12 +618,16 @@ def run_tracker(rows, features, num_frames, max_cosine_distance, nn_budget,
         detections = [(list(rows[i, 2:6]), float(rows[i, 6]), "person")
                       for i in index]
         tracks = tracker.update_tracks(detections,
-                                       embeds=list(features[index]))
+                                       embeds=list(features[index]),
+                                       others=[int(i) for i in index])
         for track in tracks:
             if not track.is_confirmed() or track.time_since_update > 1:
                 continue
             results.append((frame, int(track.track_id),
                             *track.to_ltwh(orig=False)))
+            if matches is not None and track.time_since_update == 0:
+                matches.append((frame, int(track.track_id),
+                                track.get_det_supplementary()))
     return results
 
 

@@ -38,7 +38,9 @@ from absl import app, flags, logging
 
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files, metrics, mot
-from cosine_metric_learning.errors import ArgumentError, parse_flags
+from cosine_metric_learning.datasets import tracklets
+from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.errors import parse_flags
 from cosine_metric_learning.errors import report_errors
 
 FLAGS = flags.FLAGS
@@ -51,6 +53,10 @@ NONE = "none"
 DEFAULTS = mot.DEFAULTS
 SWEEP_GATES = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
 SWEEP_BUDGETS = (100,)
+# gates the sweep adds between the best grid gate's neighbours
+REFINE_POINTS = 5
+# --max_cosine_distance=auto: the model's self-calibrated gate
+AUTO = "auto"
 # frames between the two boxes of a same-track pair for the ground-truth
 # gate, and the visibility a box needs to be used for it
 GATE_FRAME_GAP = 10
@@ -218,7 +224,8 @@ def evaluate(models, sequences, detections, output_dir, sweep,
     ``output_dir`` (empty, or an earlier output) is written whole or not
     at all, with ``summary.json``. Returns the summary."""
     base = {**DEFAULTS, **(parameters or {})}
-    mot.check_parameters(base)
+    mot.check_parameters({k: v for k, v in base.items()
+                          if (k, v) != ("max_cosine_distance", AUTO)})
     mot.check_classes(classes)
     labels = model_labels(models)
     mot.check_distinct(sequences, "sequences", [s.path for s in sequences])
@@ -265,18 +272,29 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
     of the path in output_dir)``, which gives the path to write."""
     path = None if model == NONE else model
     folder = _safe(label)
-    settings = [base]  # the given setting first
-    if sweep and path is not None:
-        settings += [p for p in (_with(base, g, b) for b in SWEEP_BUDGETS
-                                 for g in SWEEP_GATES) if p != base]
+    entry = {"label": label, "folder": os.path.join(output_dir, folder)}
+    if path is not None:
+        entry["self_calibrated_gate"] = calibrate(path, sequences, rows_of,
+                                                  base, cache)
+    if base["max_cosine_distance"] == AUTO:
+        calibrated = entry.get("self_calibrated_gate")
+        if path is not None and calibrated is None:
+            raise UsageError(
+                f"--max_cosine_distance=auto: no tracklet pairs to calibrate "
+                f"{model}'s gate on (the sequences are too short or too "
+                "crowded); give the gate")
+        base = {**base, "max_cosine_distance": round(
+            calibrated["gate"], 4) if path is not None
+            else DEFAULTS["max_cosine_distance"]}
     runs = []
-    for setting in settings:
+
+    def run(setting):
         name = _setting_name(setting)
         results = {}
         for sequence in sequences:
             rows = rows_of[sequence.name]
             features = _model_features(path, sequence, rows, cache)
-            if path is not None and setting is base:
+            if path is not None and not runs:
                 write_detections_file(
                     written(folder, f"{sequence.name}.npy"), rows, features)
             tracked = mot.run_tracker(
@@ -288,8 +306,18 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
         numbers = mot.score(scored, results, classes) if scored else {}
         runs.append({"parameters": setting, "results": os.path.join(
             output_dir, folder, name), "metrics": numbers})
-    entry = {"label": label, "folder": os.path.join(output_dir, folder),
-             "runs": runs}
+
+    run(base)  # the given setting first
+    if sweep and path is not None:
+        grid = [_with(base, g, b) for b in SWEEP_BUDGETS for g in SWEEP_GATES]
+        for setting in grid:
+            if setting != base:
+                run(setting)
+        if scored:  # finer, around the best of the grid and the calibrated
+            for setting in refined_settings(
+                    runs, entry.get("self_calibrated_gate")):
+                run(setting)
+    entry["runs"] = runs
     if scored:
         entry["best"] = max(
             runs, key=lambda r: r["metrics"]["COMBINED"]["IDF1"])
@@ -300,6 +328,54 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
             entry["ground_truth_gate"] = (float(np.median(gates))
                                           if gates else None)
     return entry
+
+
+def refined_settings(runs, calibrated, points=REFINE_POINTS):
+    """Settings of a finer sweep: ``points`` gates between the neighbours
+    of the best run's gate among those tried (its budget), and the
+    self-calibrated gate; none tried already."""
+    best = max(runs, key=lambda r: r["metrics"]["COMBINED"]["IDF1"])
+    parameters = best["parameters"]
+    tried = sorted({r["parameters"]["max_cosine_distance"] for r in runs})
+    at = tried.index(parameters["max_cosine_distance"])
+    low = tried[at - 1] if at > 0 else tried[at] / 2
+    high = tried[at + 1] if at + 1 < len(tried) else min(2.0, tried[at] * 2)
+    gates = [float(f"{g:.3g}") for g in np.linspace(low, high,
+                                                    points + 2)[1:-1]]
+    if calibrated is not None:
+        gates.append(round(calibrated["gate"], 4))
+    seen = {(r["parameters"]["max_cosine_distance"],
+             r["parameters"]["nn_budget"]) for r in runs}
+    settings = []
+    for gate in gates:
+        if (gate, parameters["nn_budget"]) not in seen:
+            seen.add((gate, parameters["nn_budget"]))
+            settings.append(_with(parameters, gate, parameters["nn_budget"]))
+    return settings
+
+
+def calibrate(path, sequences, rows_of, parameters, cache):
+    """The self-calibrated gate of the model at ``path`` on the sequences
+    (:func:`tracklets.self_calibrated_gate`, with the gate in each
+    tracker's convention), from the motion-only tracklets of their
+    tracked detections; None without pairs."""
+    same, different = [], []
+    setting = {**parameters, "max_cosine_distance":
+               DEFAULTS["max_cosine_distance"]}  # motion alone: any gate
+    for sequence in sequences:
+        rows = rows_of[sequence.name]
+        key = ("pieces", sequence.name)
+        if key not in cache:
+            cache[key] = tracklets.motion_pieces(sequence, rows, setting)[0]
+        s, d = tracklets.pair_distances(
+            _model_features(path, sequence, rows, cache), rows, cache[key])
+        same.append(s)
+        different.append(d)
+    gate = tracklets.self_calibrated_gate(np.concatenate(same),
+                                          np.concatenate(different))
+    if gate is not None:
+        gate["conventions"] = dict(tracklets.gate_conventions(gate["gate"]))
+    return gate
 
 
 def format_table(summary):
@@ -326,12 +402,68 @@ def format_table(summary):
     return "\n".join(lines)
 
 
+def format_gates(entry, given):
+    """A model's gates: self-calibrated (in each tracker's convention),
+    the best of the sweep with its Deep SORT command line, and the one
+    found on the ground truth."""
+    lines = []
+    calibrated = entry.get("self_calibrated_gate")
+    if calibrated is None:
+        lines.append("  self-calibrated gate: none (no tracklet pairs)")
+    else:
+        lines.append(
+            f"  self-calibrated gate {calibrated['gate']:.4g} (from "
+            f"{calibrated['same_pairs']} same-tracklet and "
+            f"{calibrated['different_pairs']} same-frame pairs: false "
+            f"accepts {100 * calibrated['false_accept']:.1f} %, false "
+            f"rejects {100 * calibrated['false_reject']:.1f} %)" + (
+                "; used, as --max_cosine_distance=auto asks"
+                if given == AUTO else ""))
+        lines.extend(f"    {tracker}: {setting}" for tracker, setting
+                     in calibrated["conventions"].items())
+    if "best" in entry:
+        best = entry["best"]["parameters"]
+        gate = entry.get("ground_truth_gate")
+        lines.append(
+            f"  best --max_cosine_distance={best['max_cosine_distance']:g} "
+            f"--nn_budget={best['nn_budget']} (IDF1 "
+            f"{100 * entry['best']['metrics']['COMBINED']['IDF1']:.1f}); "
+            "gate on the ground truth: " + (
+                f"{gate:.4g}" if gate is not None else
+                f"none (no track seen {GATE_FRAME_GAP} frames apart beside "
+                "another in a frame)"))
+        p = best
+        lines.append(
+            "  python deep_sort_app.py --sequence_dir=SEQUENCE "
+            f"--detection_file={os.path.join(entry['folder'], 'SEQUENCE')}"
+            f".npy --min_confidence={p['min_confidence']:g} "
+            f"--nms_max_overlap={p['nms_max_overlap']:g} "
+            f"--max_cosine_distance={p['max_cosine_distance']:g} "
+            f"--nn_budget={p['nn_budget']}")
+    return "\n".join(lines)
+
+
+def parse_gate(text):
+    """``--max_cosine_distance``: a number, or ``auto``."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return float(text)
+    except ValueError:
+        raise ArgumentError("max_cosine_distance", text, "expected a cosine "
+                            "distance from 0 to 2, or auto (the model's "
+                            "self-calibrated gate)") from None
+
+
 def main(argv):
     def run():
         mot.require_tracker()
         mot.require_trackeval()
         parameters = {name: getattr(FLAGS, name) for name in DEFAULTS}
-        mot.check_parameters(parameters)  # before reading the sequences
+        parameters["max_cosine_distance"] = parse_gate(
+            FLAGS.max_cosine_distance)
+        mot.check_parameters({k: v for k, v in parameters.items()
+                              if v != AUTO})  # before reading the sequences
         classes = mot.parse_classes(FLAGS.classes)
         models = [m.strip() for m in FLAGS.model.split(",") if m.strip()]
         model_labels(models)
@@ -345,26 +477,9 @@ def main(argv):
         if not any(s.ground_truth is not None for s in sequences):
             print("no sequence has gt/gt.txt: tracked, not scored")
         for model, entry in summary["models"].items():
-            if model == NONE or "best" not in entry:
-                continue
-            best = entry["best"]["parameters"]
-            gate = entry.get("ground_truth_gate")
-            print(f"\n{model}: best --max_cosine_distance="
-                  f"{best['max_cosine_distance']:g} --nn_budget="
-                  f"{best['nn_budget']} (IDF1 "
-                  f"{100 * entry['best']['metrics']['COMBINED']['IDF1']:.1f}"
-                  "); gate on the ground truth: " + (
-                      f"{gate:.4g}" if gate is not None else
-                      f"none (no track seen {GATE_FRAME_GAP} frames apart "
-                      "beside another in a frame)"))
-            print(f"  python deep_sort_app.py --sequence_dir=SEQUENCE "
-                  f"--detection_file="
-                  f"{os.path.join(entry['folder'], 'SEQUENCE')}"
-                  f".npy --min_confidence="
-                  f"{FLAGS.min_confidence:g} --nms_max_overlap="
-                  f"{FLAGS.nms_max_overlap:g} --max_cosine_distance="
-                  f"{best['max_cosine_distance']:g} --nn_budget="
-                  f"{best['nn_budget']}")
+            if model != NONE:
+                print(f"\n{model}:")
+                print(format_gates(entry, FLAGS.max_cosine_distance))
         print(f"wrote {os.path.join(output_dir, SUMMARY_NAME)}")
         return 0
 
@@ -396,8 +511,12 @@ def define_flags():
                         "(its 8th column, comma-separated; MOT17: 1 is a "
                         "pedestrian; CVAT: the line of the label in "
                         "labels.txt), or all.")
-    flags.DEFINE_float("max_cosine_distance", DEFAULTS["max_cosine_distance"],
-                       "Deep SORT's appearance gate.")
+    flags.DEFINE_string("max_cosine_distance",
+                        str(DEFAULTS["max_cosine_distance"]),
+                        "Deep SORT's appearance gate, or auto: each model's "
+                        "self-calibrated gate (from its features on the "
+                        "sequences' motion-only tracklets; no ground truth "
+                        "needed).")
     flags.DEFINE_integer("nn_budget", DEFAULTS["nn_budget"], "Features kept "
                          "per track.")
     flags.DEFINE_float("max_iou_distance", DEFAULTS["max_iou_distance"],

@@ -117,10 +117,10 @@ def select_boxes(rows, frame_shape, frame_exists, classes=DEFAULTS["classes"],
     -------
     (crops, counts)
         ``crops``: ``(track id, frame, (left, top, right, bottom))`` of
-        every kept box, the pixel rectangle clipped to the frame; ``counts``: boxes dropped for each of :data:`REASONS`.
+        every kept box, the pixel rectangle clipped to the frame;
+        ``counts``: boxes dropped for each of :data:`REASONS`.
     """
     rows = np.asarray(rows, np.float64)
-    height, width = frame_shape[:2]
     counts = dict.fromkeys(REASONS, 0)
     candidates = collections.defaultdict(list)  # track -> [(frame, box)]
     for row in rows:
@@ -138,10 +138,8 @@ def select_boxes(rows, frame_shape, frame_exists, classes=DEFAULTS["classes"],
         elif visibility < min_visibility:
             reason = "visibility"
         else:
-            box = (max(0, round(left)), max(0, round(top)),
-                   min(width, round(left + box_w)),
-                   min(height, round(top + box_h)))
-            if box[2] <= box[0] or box[3] <= box[1]:
+            box = clip_box((left, top, box_w, box_h), frame_shape)
+            if box is None:
                 reason = "outside"
             elif box[3] - box[1] < min_height:
                 reason = "height"
@@ -170,6 +168,20 @@ def select_boxes(rows, frame_shape, frame_exists, classes=DEFAULTS["classes"],
     return crops, counts
 
 
+def clip_box(box, frame_shape):
+    """The pixel rectangle ``(left, top, right, bottom)`` of a box
+    ``(left, top, width, height)`` clipped to the frame, or None where
+    nothing of it is inside."""
+    height, width = frame_shape[:2]
+    left, top, box_w, box_h = box
+    clipped = (max(0, round(left)), max(0, round(top)),
+               min(width, round(left + box_w)),
+               min(height, round(top + box_h)))
+    if clipped[2] <= clipped[0] or clipped[3] <= clipped[1]:
+        return None
+    return clipped
+
+
 def _check_rows(sequence):
     rows = sequence.ground_truth
     if rows is None:
@@ -178,8 +190,10 @@ def _check_rows(sequence):
     return rows
 
 
-def _write_crops(sequence, crops, output_dir, progress_secs=10.0):
-    """Cut ``crops`` from the sequence's frames (each frame read once)."""
+def write_crops(sequence, crops, output_dir, progress_secs=10.0):
+    """Cut ``crops`` (``(track, frame, (left, top, right, bottom))``)
+    from the sequence's frames into ``output_dir/<sequence>_<track>/``,
+    each frame read once."""
     by_frame = collections.defaultdict(list)
     for track, frame, box in crops:
         by_frame[frame].append((track, box))
@@ -283,7 +297,7 @@ def convert(sequence_folders, output_dir, **filters):
 
     def write(tmp):
         for sequence, crops in selected:
-            _write_crops(sequence, crops, tmp)
+            write_crops(sequence, crops, tmp)
         with open(os.path.join(tmp, MANIFEST), "w") as f:
             json.dump(manifest, f, indent=1)
 

@@ -1,0 +1,433 @@
+"""Unlabeled video to a re-identification training set: a tracker's
+confident tracklets as identities, and a gate chosen without ground truth.
+
+    python -m cosine_metric_learning.datasets.tracklets \
+        --sequences=./my_videos --model=none --output_dir=./my_tracklets
+
+Each MOTChallenge sequence (``img1/`` and ``det/det.txt``; ``gt/`` is
+never read) is tracked by Deep SORT (:mod:`mot`): by motion alone with
+``--model=none``, or with the model's features at its self-calibrated
+gate. Every tracklet is cut where it cannot be trusted to stay on one
+person: where its box overlaps another box of the frame by more than
+``--max_overlap`` of its area (crossings, occlusion), where the tracker
+lost it and took it up again, and at a detection below
+``--min_confidence``. Pieces shorter than ``--min_length`` frames are
+dropped, and a crop is kept every ``--frame_stride`` frames. Each piece is
+an identity folder ``OUT/<sequence>_<tracklet>/<frame>.jpg``, the layout
+``train_custom.py`` reads, with ``manifest.json`` as the annotated
+converter (:mod:`datasets.mot`) writes it; two pieces may be the same
+person (one lost behind a pillar, or seen in two sequences).
+
+The gate: boxes of one tracklet some frames apart are (almost surely) the
+same person, boxes of one frame are different people. The self-calibrated
+gate is the cosine distance below which only ``GATE_FALSE_ACCEPT`` of the
+different-people pairs fall (the tracker wants few false accepts: motion
+covers the rest); :func:`self_calibrated_gate` reports both error rates.
+"""
+
+if __name__ == "__main__":  # Ctrl-C while the imports load: one line
+    from cosine_metric_learning import errors as _errors
+    _errors.quiet_ctrl_c_while_starting()
+
+import collections
+import json
+import math
+import os
+
+import numpy as np
+from absl import app, flags, logging
+
+from cosine_metric_learning import files, mot
+from cosine_metric_learning.datasets import mot as mot_crops
+from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.errors import parse_flags, report_errors
+
+DEFAULTS = {"min_confidence": 0.5, "max_overlap": 0.1, "min_length": 8,
+            "frame_stride": 2, "min_height": 32}
+# the reasons a tracked box is not a crop, in the order they are tested
+REASONS = collections.OrderedDict([
+    ("untracked", "not on a confirmed track"),
+    ("confidence", "a detection below --min_confidence (the tracklet is "
+     "cut)"),
+    ("overlap", "overlaps another box by more than --max_overlap (the "
+     "tracklet is cut)"),
+    ("outside", "entirely outside the frame (the tracklet is cut)"),
+    ("height", "shorter than --min_height inside the frame"),
+    ("short", "its piece of tracklet is shorter than --min_length frames"),
+    ("stride", "within --frame_stride frames of the piece's previous crop"),
+])
+# the self-calibrated gate: the share of different-people pairs it
+# accepts, and the frames between a tracklet's two boxes of a same pair
+GATE_FALSE_ACCEPT = 0.01
+GATE_FRAME_GAP = 10
+# pairs drawn at most, of each kind
+MAX_PAIRS = 200_000
+
+
+def coverage(rows):
+    """For each row of ``rows`` (``frame, id, left, top, width, height,
+    ...``), the largest share of its box's area that another box of the
+    same frame covers."""
+    covered = np.zeros(len(rows))
+    for frame in np.unique(rows[:, 0]):
+        index = np.flatnonzero(rows[:, 0] == frame)
+        boxes = rows[index, 2:6]
+        left, top = boxes[:, 0], boxes[:, 1]
+        right, bottom = left + boxes[:, 2], top + boxes[:, 3]
+        width = np.clip(np.minimum(right[:, None], right[None]) - np.maximum(
+            left[:, None], left[None]), 0, None)
+        height = np.clip(np.minimum(bottom[:, None], bottom[None])
+                         - np.maximum(top[:, None], top[None]), 0, None)
+        share = width * height / np.maximum(boxes[:, 2] * boxes[:, 3],
+                                            1e-9)[:, None]
+        np.fill_diagonal(share, 0.0)
+        covered[index] = share.max(axis=1) if len(index) > 1 else 0.0
+    return covered
+
+
+def cut_tracklets(rows, matches, frame_shape,
+                  min_confidence=DEFAULTS["min_confidence"],
+                  max_overlap=DEFAULTS["max_overlap"],
+                  min_length=DEFAULTS["min_length"],
+                  frame_stride=DEFAULTS["frame_stride"],
+                  min_height=DEFAULTS["min_height"]):
+    """The trustworthy pieces of a tracker's tracks.
+
+    Parameters
+    ----------
+    rows : ndarray (N, >= 7)
+        The tracked detections (``det.txt``'s rows).
+    matches : list of (frame, track, row index)
+        Which detection each confirmed track was updated with
+        (:func:`mot.run_tracker`'s ``matches``).
+    frame_shape : (height, width, ...)
+
+    Returns
+    -------
+    (pieces, crops, counts)
+        ``pieces``: a list of row indices per piece (every frame of it);
+        ``crops``: ``(piece number from 1, frame, (left, top, right,
+        bottom))`` of the kept crops, the rectangle clipped to the frame;
+        ``counts``: rows not kept for each of :data:`REASONS`.
+    """
+    counts = dict.fromkeys(REASONS, 0)
+    matched = {index for _, _, index in matches}
+    counts["untracked"] = len(rows) - len(matched)
+    covered = coverage(rows)
+    by_track = collections.defaultdict(list)
+    for frame, track, index in matches:
+        by_track[track].append((frame, index))
+    candidates = []  # each: [(frame, index, box)]
+    for track in sorted(by_track):
+        piece, previous = [], None
+        for frame, index in sorted(by_track[track]):
+            if previous is not None and frame != previous + 1:
+                candidates.append(piece)  # lost, then taken up again
+                piece = []
+            previous = frame
+            row = rows[index]
+            box = mot_crops.clip_box(row[2:6], frame_shape)
+            reason = None
+            if row[6] < min_confidence:
+                reason = "confidence"
+            elif covered[index] > max_overlap:
+                reason = "overlap"
+            elif box is None:
+                reason = "outside"
+            if reason:
+                counts[reason] += 1
+                candidates.append(piece)
+                piece = []
+                continue
+            if box[3] - box[1] < min_height:
+                counts["height"] += 1
+                continue
+            piece.append((frame, index, box))
+        candidates.append(piece)
+    pieces, crops = [], []
+    for piece in candidates:
+        if not piece:
+            continue
+        if piece[-1][0] - piece[0][0] + 1 < min_length:
+            counts["short"] += len(piece)
+            continue
+        kept, last = [], None
+        for frame, index, box in piece:
+            if last is not None and frame - last < frame_stride:
+                counts["stride"] += 1
+                continue
+            kept.append((frame, box))
+            last = frame
+        if len(kept) < 2:
+            counts["short"] += len(piece)
+            continue
+        pieces.append([index for _, index, _ in piece])
+        crops.extend((len(pieces), frame, box) for frame, box in kept)
+    return pieces, crops, counts
+
+
+def pair_distances(features, rows, pieces, frame_gap=GATE_FRAME_GAP,
+                   max_pairs=MAX_PAIRS, seed=0):
+    """``(same, different)``: cosine distances between the unit
+    ``features`` of rows of one piece at least ``frame_gap`` frames apart,
+    and of rows of different pieces in one frame; at most ``max_pairs`` of
+    each, drawn at random where there are more."""
+    rng = np.random.default_rng(seed)
+    same, different = [], []
+    piece_of = {}
+    for number, piece in enumerate(pieces):
+        index = np.asarray(piece)
+        frames = rows[index, 0]
+        a, b = np.nonzero(frames[None, :] - frames[:, None] >= frame_gap)
+        same.append(np.stack([index[a], index[b]], axis=1))
+        piece_of.update((i, number) for i in piece)
+    in_pieces = np.asarray(sorted(piece_of), int)
+    for frame in np.unique(rows[in_pieces, 0]):
+        index = in_pieces[rows[in_pieces, 0] == frame]
+        a, b = np.triu_indices(len(index), 1)
+        different.append(np.stack([index[a], index[b]], axis=1))
+
+    def distances(pairs):
+        pairs = np.concatenate(pairs) if pairs else np.zeros((0, 2), int)
+        if len(pairs) > max_pairs:
+            pairs = pairs[rng.choice(len(pairs), max_pairs, replace=False)]
+        return 1.0 - np.sum(features[pairs[:, 0]] * features[pairs[:, 1]],
+                            axis=1)
+
+    return distances(same), distances(different)
+
+
+def self_calibrated_gate(same, different, false_accept=GATE_FALSE_ACCEPT):
+    """The gate (a cosine distance) that accepts ``false_accept`` of the
+    ``different`` pairs' distances, and what it does to both kinds.
+
+    Returns
+    -------
+    dict or None
+        ``gate``, ``false_accept`` and ``false_reject`` (the shares of
+        different pairs at or below the gate and of same pairs above it),
+        ``same_pairs``, ``different_pairs``; None without pairs of both
+        kinds.
+    """
+    same, different = np.asarray(same), np.asarray(different)
+    if not len(same) or not len(different):
+        return None
+    gate = float(np.quantile(different, false_accept, method="lower"))
+    return {"gate": gate,
+            "false_accept": float(np.mean(different <= gate)),
+            "false_reject": float(np.mean(same > gate)),
+            "same_pairs": int(len(same)),
+            "different_pairs": int(len(different))}
+
+
+def gate_conventions(gate):
+    """The gate as each tracker states it: ``[(tracker, setting)]``."""
+    return [
+        ("Deep SORT", f"--max_cosine_distance={gate:.4g}"),
+        ("BoxMOT (BoT-SORT, StrongSORT: half the cosine distance)",
+         f"appearance_thresh={gate / 2:.4g}"),
+        ("Ultralytics BoT-SORT (a similarity: 1 - distance)",
+         f"appearance_thresh: {1 - gate:.4g}")]
+
+
+def motion_pieces(sequence, rows, parameters=None, **cut):
+    """The pieces of ``rows``' motion-only tracks (appearance off: random
+    features), cut as :func:`cut_tracklets` cuts; the tracklets a gate is
+    calibrated on, whatever model is calibrated."""
+    parameters = {**mot.DEFAULTS, **(parameters or {})}
+    rng = np.random.default_rng(0)
+    noise = rng.normal(size=(len(rows), 128)).astype(np.float32)
+    noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+    matches = []
+    mot.run_tracker(rows, noise, sequence.num_frames, matches=matches,
+                    **{k: parameters[k] for k in mot.TRACKER_PARAMETERS})
+    return cut_tracklets(rows, matches, sequence.image_shape, **cut)
+
+
+def check_cut(min_confidence, max_overlap, min_length, frame_stride,
+              min_height):
+    """ArgumentError naming a cutting parameter out of its range."""
+    if not math.isfinite(min_confidence):
+        raise ArgumentError("min_confidence", min_confidence,
+                            "expected a finite confidence")
+    if not math.isfinite(max_overlap) or not 0 <= max_overlap <= 1:
+        raise ArgumentError("max_overlap", max_overlap, "expected a share "
+                            "of the box from 0 to 1")
+    if min_length < 2:
+        raise ArgumentError("min_length", min_length,
+                            "expected at least 2 frames")
+    if frame_stride < 1:
+        raise ArgumentError("frame_stride", frame_stride,
+                            "expected at least 1 (every frame)")
+    if min_height < 0:
+        raise ArgumentError("min_height", min_height,
+                            "expected 0 or more pixels")
+
+
+def _check_detections(sequence):
+    rows = sequence.detections
+    path = os.path.join(sequence.path, "det", "det.txt")
+    if not len(rows):
+        raise UsageError(f"sequence {sequence.name}: '{path}' is empty; the "
+                         "tracklets are made of its detections")
+    height, width = sequence.image_shape[:2]
+    outside = np.flatnonzero(
+        (rows[:, 2] >= width) | (rows[:, 3] >= height)
+        | (rows[:, 2] + rows[:, 4] <= 0) | (rows[:, 3] + rows[:, 5] <= 0))
+    if len(outside) == len(rows):
+        raise UsageError(
+            f"sequence {sequence.name}: every box of '{path}' lies outside "
+            f"the {width}x{height} frames (e.g. row {outside[0] + 1}); are "
+            "they in pixels, as left, top, width, height?")
+
+
+def extract(sequence_folders, output_dir, model="none", **cut):
+    """Cut the confident tracklets of the sequences into ``output_dir``
+    (see the module's docstring); ``cut`` are :func:`cut_tracklets`'
+    keywords. Returns the manifest (as :func:`datasets.mot.convert`'s,
+    with ``gate``: the model's self-calibrated gate, None for none)."""
+    from cosine_metric_learning import encoder as encoder_lib
+    cut = {**DEFAULTS, **cut}
+    check_cut(**cut)
+    files.check_output(output_dir, mot_crops.OUTPUT)  # before reading
+    sequences = [mot.read_sequence(f) for f in sequence_folders]
+    mot.check_distinct(sequences, "sequence_folders", sequence_folders)
+    for sequence in sequences:
+        _check_detections(sequence)
+    encoder = None if model == "none" else encoder_lib.load(model)
+    tracked = []  # (sequence, rows, features, motion pieces)
+    same, different = [], []
+    for sequence in sequences:
+        rows = mot.detection_rows(sequence, "det",
+                                  mot.DEFAULTS["min_confidence"], 1.0)
+        pieces, crops, counts = motion_pieces(sequence, rows, **cut)
+        features = None
+        if encoder is not None:
+            features = mot.encode_rows(encoder, sequence, rows)
+            s, d = pair_distances(features, rows, pieces)
+            same.append(s)
+            different.append(d)
+        tracked.append((sequence, rows, features, (pieces, crops, counts)))
+    gate = None
+    if encoder is not None:
+        gate = self_calibrated_gate(np.concatenate(same),
+                                    np.concatenate(different))
+        if gate is None:
+            raise UsageError("no tracklet pairs to calibrate the gate on: "
+                             "the sequences are too short or too crowded")
+        logging.info("self-calibrated gate %.4g from %d same and %d "
+                     "different pairs", gate["gate"], gate["same_pairs"],
+                     gate["different_pairs"])
+    manifest = {"sources": [], "filters": dict(cut), "model": model,
+                "gate": gate, "counts": dict.fromkeys(["kept", *REASONS], 0),
+                "identities": {}}
+    selected = []
+    for sequence, rows, features, result in tracked:
+        if encoder is not None:  # tracked again, with the model
+            matches = []
+            mot.run_tracker(rows, features, sequence.num_frames,
+                            matches=matches, **{
+                                **{k: mot.DEFAULTS[k]
+                                   for k in mot.TRACKER_PARAMETERS},
+                                "max_cosine_distance": gate["gate"]})
+            result = cut_tracklets(rows, matches, sequence.image_shape, **cut)
+        pieces, crops, counts = result
+        selected.append((sequence, crops))
+        numbers = collections.Counter(piece for piece, _, _ in crops)
+        manifest["sources"].append({
+            "sequence": sequence.name,
+            "path": os.path.abspath(sequence.path), "boxes": len(rows),
+            "kept": len(crops), "identities": len(numbers),
+            "dropped": counts})
+        manifest["counts"]["kept"] += len(crops)
+        for reason, count in counts.items():
+            manifest["counts"][reason] += count
+        for piece, count in sorted(numbers.items()):
+            manifest["identities"][mot_crops.identity_name(
+                sequence.name, piece)] = count
+    if not manifest["identities"]:
+        raise UsageError(
+            "no tracklet is left after the cuts (" + ", ".join(
+                f"{manifest['counts'][r]} {t}" for r, t in REASONS.items()
+                if manifest["counts"][r]) + "); loosen min_confidence, "
+            "max_overlap or min_length")
+
+    def write(tmp):
+        for sequence, crops in selected:
+            mot_crops.write_crops(sequence, crops, tmp)
+        with open(os.path.join(tmp, mot_crops.MANIFEST), "w") as f:
+            json.dump(manifest, f, indent=1)
+
+    files.replace_dir_atomically(output_dir, write, mot_crops.OUTPUT)
+    return manifest
+
+
+def format_report(manifest, output_dir):
+    """What was kept and dropped, per sequence and in total, and the
+    gate."""
+    lines = [f"{s['sequence']}: {s['kept']} of {s['boxes']} detections "
+             f"kept, {s['identities']} tracklets"
+             for s in manifest["sources"]]
+    counts = manifest["counts"]
+    lines.append(f"kept {counts['kept']} of {sum(counts.values())} "
+                 f"detections as {len(manifest['identities'])} tracklets in "
+                 f"{output_dir}")
+    for reason, text in REASONS.items():
+        lines.append(f"{counts[reason]:8d} dropped: {text}")
+    gate = manifest.get("gate")
+    if gate:
+        lines.append(
+            f"self-calibrated gate of {manifest['model']}: "
+            f"{gate['gate']:.4g} (from {gate['same_pairs']} same and "
+            f"{gate['different_pairs']} different pairs; false accepts "
+            f"{100 * gate['false_accept']:.1f} %, false rejects "
+            f"{100 * gate['false_reject']:.1f} %)")
+        lines.extend(f"  {tracker}: {setting}"
+                     for tracker, setting in gate_conventions(gate["gate"]))
+    return "\n".join(lines)
+
+
+def main(argv):
+    def run():
+        mot.require_tracker()
+        manifest = extract(
+            mot.find_sequences(FLAGS.sequences), FLAGS.output_dir,
+            FLAGS.model, **{name: getattr(FLAGS, name) for name in DEFAULTS})
+        print(format_report(manifest, FLAGS.output_dir))
+        return 0
+
+    return report_errors(argv, run, FLAG_NAMES)
+
+
+FLAGS = flags.FLAGS
+FLAG_NAMES = {"sequences": "--sequences", "sequence_folders": "--sequences",
+              "output_dir": "--output_dir", "path": "--model",
+              **{name: f"--{name}" for name in DEFAULTS}}
+
+
+def define_flags():
+    flags.DEFINE_string("sequences", None, "Comma-separated MOTChallenge "
+                        "sequence folders (img1/ and det/det.txt), or "
+                        "parents of them.", required=True)
+    flags.DEFINE_string("model", "none", "Track with this model's features "
+                        "at its self-calibrated gate (anything "
+                        "encoder.load opens), or none: motion alone.")
+    flags.DEFINE_string("output_dir", None, "Where the identity folders go "
+                        "(a new or empty folder, or an earlier output).",
+                        required=True)
+    flags.DEFINE_float("min_confidence", DEFAULTS["min_confidence"],
+                       "Cut a tracklet at a detection below this.")
+    flags.DEFINE_float("max_overlap", DEFAULTS["max_overlap"], "Cut a "
+                       "tracklet where another box of the frame covers more "
+                       "than this share of its box.")
+    flags.DEFINE_integer("min_length", DEFAULTS["min_length"], "Drop pieces "
+                         "of tracklets shorter than this many frames.")
+    flags.DEFINE_integer("frame_stride", DEFAULTS["frame_stride"], "Keep a "
+                         "crop every this many frames of a piece.")
+    flags.DEFINE_integer("min_height", DEFAULTS["min_height"], "Drop boxes "
+                         "shorter than this many pixels inside the frame.")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main, flags_parser=parse_flags)

@@ -642,16 +642,25 @@ def track_and_score(encoder, sequences, parameters=None):
     scored = [s for s in sequences if s.ground_truth is not None]
     if not scored:
         return None
+    rows_of = {s.name: detection_rows(s, "det", parameters["min_confidence"],
+                                      parameters["nms_max_overlap"])
+               for s in scored}
+    return track_and_score_features(scored, rows_of, {
+        s.name: encode_rows(encoder, s, rows_of[s.name]) for s in scored},
+        parameters)
+
+
+def track_and_score_features(sequences, rows_of, features_of, parameters):
+    """The combined metrics of tracking each sequence's ``rows_of[name]``
+    with ``features_of[name]`` at ``parameters`` (the keys of
+    :data:`DEFAULTS`)."""
     with tempfile.TemporaryDirectory() as tmp:
         results = {}
-        for sequence in scored:
-            rows = detection_rows(sequence, "det",
-                                  parameters["min_confidence"],
-                                  parameters["nms_max_overlap"])
+        for sequence in sequences:
             tracked = run_tracker(
-                rows, encode_rows(encoder, sequence, rows),
+                rows_of[sequence.name], features_of[sequence.name],
                 sequence.num_frames,
                 **{k: parameters[k] for k in TRACKER_PARAMETERS})
             results[sequence.name] = os.path.join(tmp, f"{sequence.name}.txt")
             write_results(results[sequence.name], tracked)
-        return score(scored, results)["COMBINED"]
+        return score(sequences, results)["COMBINED"]

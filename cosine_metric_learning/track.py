@@ -87,7 +87,7 @@ def write_detections_file(path, rows, features):
         DETECTIONS_NPY, binary=True)
 
 
-def _model_features(path, sequence, rows, cache, boxes="detections"):
+def model_features(path, sequence, rows, cache, boxes="detections"):
     """Features of ``rows`` (the sequence's ``boxes``: the tracked
     detections, or the ground truth of the gate) with the model at
     ``path`` (None: random unit vectors, whose cosine distances, about 1,
@@ -123,7 +123,7 @@ def ground_truth_gate(sequence, model, cache, classes=mot.PEDESTRIANS):
         return None
     rows = gt[mot.considered(gt, classes) & (gt[:, 8] >=
                                              GATE_MIN_VISIBILITY)]
-    features = _model_features(model, sequence, rows[:, :7], cache,
+    features = model_features(model, sequence, rows[:, :7], cache,
                                "ground truth")
     where = {(int(f), int(t)): i for i, (f, t) in enumerate(rows[:, :2])}
     same, different = [], []
@@ -293,7 +293,7 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
         results = {}
         for sequence in sequences:
             rows = rows_of[sequence.name]
-            features = _model_features(path, sequence, rows, cache)
+            features = model_features(path, sequence, rows, cache)
             if path is not None and not runs:
                 write_detections_file(
                     written(folder, f"{sequence.name}.npy"), rows, features)
@@ -368,7 +368,7 @@ def calibrate(path, sequences, rows_of, parameters, cache):
         if key not in cache:
             cache[key] = tracklets.motion_pieces(sequence, rows, setting)[0]
         s, d = tracklets.pair_distances(
-            _model_features(path, sequence, rows, cache), rows, cache[key])
+            model_features(path, sequence, rows, cache), rows, cache[key])
         same.append(s)
         different.append(d)
     gate = tracklets.self_calibrated_gate(np.concatenate(same),

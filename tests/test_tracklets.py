@@ -190,3 +190,36 @@ def test_track_with_the_self_calibrated_gate(scene, trained, tmp_path):
                                        "SCENE-01.txt"))
     with pytest.raises(UsageError, match="max_cosine_distance='often'"):
         track.parse_gate("often")
+
+
+def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
+    from cosine_metric_learning import adapt, encoder as encoder_lib
+    out = tmp_path / "adapted"
+    report = adapt.adapt(trained[0], [scene], str(out), number_of_steps=3,
+                         batch_size=16)
+    assert report == json.loads((out / "adapt.json").read_text())
+    assert report["tracklets"]["identities"] == len(os.listdir(
+        out / "tracklets")) - 1  # and the manifest
+    assert os.path.basename(report["adapted"]).startswith("ckpt-")
+    for when in ("before", "after"):  # the scene has ground truth
+        assert 0 < report[when]["IDF1"] <= 1
+        assert report[when]["self_calibrated_gate"]["false_accept"] <= 0.02
+    # the adapted encoder, exported as Deep SORT loads it, differs from
+    # the one it started from
+    adapted = encoder_lib.load(report["export"])
+    started = encoder_lib.load(trained[0])
+    patches = np.random.default_rng(0).integers(0, 256, (4, 128, 64, 3),
+                                                dtype=np.uint8)
+    features = adapted(patches)
+    np.testing.assert_allclose(np.linalg.norm(features, axis=1), 1,
+                               atol=1e-5)
+    assert np.abs(features - started(patches)).max() > 1e-3
+    print(adapt.format_report(report))
+    # a folder with the user's files in it, a bad export: one line each
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="holds notes.txt"):
+        adapt.adapt(trained[0], [scene], str(tmp_path / "mine"))
+    with pytest.raises(UsageError, match="export='zip'"):
+        adapt.adapt(trained[0], [scene], str(tmp_path / "new"), export="zip")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"

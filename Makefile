@@ -28,7 +28,8 @@ test: install
 # The evaluator runs beside training, on the CPU, as it would beside a GPU
 # run: it evaluates every checkpoint and stops after the last step's.
 demo: install
-	rm -rf $(DEMO_DIR)/output $(DEMO_DIR)/eval $(DEMO_DIR)/tracking
+	rm -rf $(DEMO_DIR)/output $(DEMO_DIR)/eval $(DEMO_DIR)/tracking \
+		$(DEMO_DIR)/adapted
 	$(PY) -m cosine_metric_learning.datasets.synthetic --layout=market1501 \
 		--output_dir=$(DEMO_DIR)/Market-1501-synthetic
 	CUDA_VISIBLE_DEVICES="" $(PY) train_market1501.py --mode=eval \
@@ -93,6 +94,12 @@ demo: install
 			--restore_path=$(DEMO_DIR)/output/$(DEMO_LOSS)/$$checkpoint || exit 1; \
 	done
 	@echo
+	@echo "Without annotations: the scene's motion-only tracklets as identities, the"
+	@echo "trained model fine-tuned on them, its gate calibrated before and after:"
+	$(PY) -m cosine_metric_learning.adapt --model=$(DEMO_DIR)/output/$(DEMO_LOSS) \
+		--sequences=$(DEMO_DIR)/MOT-synthetic --output_dir=$(DEMO_DIR)/adapted \
+		--number_of_steps=200 --batch_size=32
+	@echo
 	@echo "Synthetic dataset:  $(DEMO_DIR)/Market-1501-synthetic"
 	@echo "Checkpoints:        $(DEMO_DIR)/output/$(DEMO_LOSS)/"
 	@echo "Test numbers:       $(DEMO_DIR)/test.json"
@@ -102,6 +109,7 @@ demo: install
 	@echo "int8 (ONNX, OpenVINO): $(DEMO_DIR)/market1501_int8.onnx, $(DEMO_DIR)/market1501_int8.xml"
 	@echo "Tracking:           $(DEMO_DIR)/tracking/summary.json"
 	@echo "Own cameras:        $(DEMO_DIR)/own_people (manifest.json)"
+	@echo "Adapted, unlabeled: $(DEMO_DIR)/adapted (adapt.json, adapted.pb)"
 	@echo "TensorBoard:        $(VENV)/bin/tensorboard --logdir_spec train:$(DEMO_DIR)/output,eval:$(DEMO_DIR)/eval"
 	@echo "In Deep SORT:       python tools/generate_detections.py --model=$(abspath $(DEMO_DIR))/market1501.pb --mot_dir=./MOT16/train --output_dir=./resources/detections/MOT16_train"
 

@@ -122,9 +122,16 @@ def test_the_sweep_names_a_gate_and_the_command_line(sequence_dir, trained,
     # the flags' setting (Deep SORT's defaults) first, then the grid
     assert entry["runs"][0]["parameters"]["max_cosine_distance"] == 0.2
     grid = {(g, b) for g in track.SWEEP_GATES for b in track.SWEEP_BUDGETS}
-    assert {(r["parameters"]["max_cosine_distance"],
-             r["parameters"]["nn_budget"]) for r in entry["runs"]} == \
-        grid | {(0.2, 100)}
+    tried = [(r["parameters"]["max_cosine_distance"],
+              r["parameters"]["nn_budget"]) for r in entry["runs"]]
+    assert set(tried[:len(grid)]) == grid | {(0.2, 100)}
+    # then finer gates around the grid's best, and the self-calibrated one
+    calibrated = entry["self_calibrated_gate"]
+    refined = track.refined_settings(entry["runs"][:len(grid)], calibrated)
+    assert tried[len(grid):] == [(p["max_cosine_distance"], p["nn_budget"])
+                                 for p in refined]
+    assert (round(calibrated["gate"], 4), 100) in tried
+    assert f"self-calibrated gate {calibrated['gate']:.4g}" in stdout
     best = entry["best"]
     assert best["metrics"]["COMBINED"]["IDF1"] == max(
         r["metrics"]["COMBINED"]["IDF1"] for r in entry["runs"])

@@ -191,11 +191,10 @@ def read_sequence(folder, detections=True):
     """
     if os.path.isfile(os.path.join(folder, "seqinfo.ini")) or not \
             is_sequence(folder):
-        name, image_dir, num_frames, image_shape, frame_paths = \
+        name, num_frames, image_shape, frame_paths = \
             _read_sequence_info(folder)
     else:
-        name, image_dir, num_frames, image_shape, frame_paths = \
-            _list_frames(folder)
+        name, num_frames, image_shape, frame_paths = _list_frames(folder)
     sequence = Sequence(name, folder, num_frames, image_shape, frame_paths,
                         None, None)
     if detections:
@@ -209,19 +208,25 @@ def read_sequence(folder, detections=True):
         bad = _bad_row(sequence.detections, det_path, "detection file", 7)
         if bad:
             raise UsageError(f"sequence {name}: {bad}")
-        missing = sorted(f for f in {int(f) for f in
-                                     sequence.detections[:, 0]}
-                         if not sequence.has_frame(f))
-        if missing:
-            raise UsageError(
-                f"sequence {name}: {len(missing)} frames listed in "
-                f"'{det_path}' are missing from '{image_dir}' (e.g. frame "
-                f"{missing[0]}; its frames are 1 to {num_frames})")
+        _check_frames(sequence, sequence.detections, det_path)
     gt_path = os.path.join(folder, "gt", "gt.txt")
     if os.path.isfile(gt_path):
         sequence.ground_truth = _read_rows(
             gt_path, NUM_GT_COLUMNS, "ground-truth file", GT_COLUMNS)
     return sequence
+
+
+def _check_frames(sequence, rows, path):
+    """UsageError naming the frames the rows of ``path`` list that the
+    sequence's frame folder lacks."""
+    missing = sorted(f for f in {int(f) for f in rows[:, 0]}
+                     if not sequence.has_frame(f))
+    if missing:
+        raise UsageError(
+            f"sequence {sequence.name}: {len(missing)} frames listed in "
+            f"'{path}' are missing from "
+            f"'{os.path.dirname(sequence.frame_paths[0])}' (e.g. frame "
+            f"{missing[0]}; its frames are 1 to {sequence.num_frames})")
 
 
 def check_ground_truth(sequence, classes=PEDESTRIANS):
@@ -239,13 +244,7 @@ def check_ground_truth(sequence, classes=PEDESTRIANS):
     bad = _bad_row(rows, path, "ground-truth file", NUM_GT_COLUMNS)
     if bad:
         raise UsageError(f"sequence {sequence.name}: {bad}")
-    missing = sorted(f for f in {int(f) for f in rows[:, 0]}
-                     if not sequence.has_frame(f))
-    if missing:
-        raise UsageError(
-            f"sequence {sequence.name}: {len(missing)} frames listed in "
-            f"'{path}' are missing from its frames (e.g. frame "
-            f"{missing[0]}; its frames are 1 to {sequence.num_frames})")
+    _check_frames(sequence, rows, path)
     if not np.any(considered(rows, classes)):
         found = ", ".join(f"{c:g}" for c in np.unique(rows[:, 7])[:10])
         raise ArgumentError(
@@ -273,7 +272,7 @@ def _frame_size(path):
 
 
 def _read_sequence_info(folder):
-    """Name, frame folder, length, frame shape and frame paths from
+    """Name, length, frame shape and frame paths from
     ``seqinfo.ini`` and the frames it names."""
     info_path = os.path.join(folder, "seqinfo.ini")
     info = configparser.ConfigParser()
@@ -319,7 +318,7 @@ def _read_sequence_info(folder):
             "up to %d of %dx%d: the frames' are used", name, length,
             size[1], size[0], image_dir, num_frames, image_shape[1],
             image_shape[0])
-    return name, image_dir, num_frames, image_shape, frame_paths
+    return name, num_frames, image_shape, frame_paths
 
 
 def _list_frames(folder):
@@ -333,8 +332,7 @@ def _list_frames(folder):
     if not frame_paths:
         raise UsageError(f"sequence {name}: no images in '{image_dir}'; "
                          f"expected {LAYOUT}")
-    return (name, image_dir, len(frame_paths), _frame_size(frame_paths[0]),
-            frame_paths)
+    return name, len(frame_paths), _frame_size(frame_paths[0]), frame_paths
 
 
 def read_frame(path):
@@ -595,6 +593,15 @@ def encode_rows(encoder, sequence, rows, progress_secs=10.0):
                          sequence.name, n + 1, len(frames),
                          (n + 1) / max(last - start, 1e-9))
     return features
+
+
+def random_features(count, dim=128):
+    """``count`` random unit vectors (seeded): features whose cosine
+    distances, about 1, lie beyond every gate, so the tracker's appearance
+    term matches nothing and motion alone decides."""
+    vectors = np.random.default_rng(0).normal(size=(count, dim)).astype(
+        np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
 def run_tracker(rows, features, num_frames, max_cosine_distance, nn_budget,

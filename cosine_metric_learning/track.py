@@ -95,10 +95,7 @@ def model_features(path, sequence, rows, cache, boxes="detections"):
     key = (path, sequence.name, boxes)
     if key not in cache:
         if path is None:
-            rng = np.random.default_rng(0)
-            vectors = rng.normal(size=(len(rows), 128)).astype(np.float32)
-            cache[key] = vectors / np.linalg.norm(vectors, axis=1,
-                                                  keepdims=True)
+            cache[key] = mot.random_features(len(rows))
         else:
             cache[key] = mot.encode_rows(_load(path, cache), sequence, rows)
     return cache[key]
@@ -224,8 +221,7 @@ def evaluate(models, sequences, detections, output_dir, sweep,
     ``output_dir`` (empty, or an earlier output) is written whole or not
     at all, with ``summary.json``. Returns the summary."""
     base = {**DEFAULTS, **(parameters or {})}
-    mot.check_parameters({k: v for k, v in base.items()
-                          if (k, v) != ("max_cosine_distance", AUTO)})
+    check_parameters(base)
     mot.check_classes(classes)
     labels = model_labels(models)
     mot.check_distinct(sequences, "sequences", [s.path for s in sequences])
@@ -359,20 +355,16 @@ def calibrate(path, sequences, rows_of, parameters, cache):
     (:func:`tracklets.self_calibrated_gate`, with the gate in each
     tracker's convention), from the motion-only tracklets of their
     tracked detections; None without pairs."""
-    same, different = [], []
     setting = {**parameters, "max_cosine_distance":
                DEFAULTS["max_cosine_distance"]}  # motion alone: any gate
     for sequence in sequences:
-        rows = rows_of[sequence.name]
         key = ("pieces", sequence.name)
         if key not in cache:
-            cache[key] = tracklets.motion_pieces(sequence, rows, setting)[0]
-        s, d = tracklets.pair_distances(
-            model_features(path, sequence, rows, cache), rows, cache[key])
-        same.append(s)
-        different.append(d)
-    gate = tracklets.self_calibrated_gate(np.concatenate(same),
-                                          np.concatenate(different))
+            cache[key] = tracklets.motion_pieces(
+                sequence, rows_of[sequence.name], setting)[0]
+    gate = tracklets.pooled_gate(
+        (model_features(path, s, rows_of[s.name], cache), rows_of[s.name],
+         cache[("pieces", s.name)]) for s in sequences)
     if gate is not None:
         gate["conventions"] = dict(tracklets.gate_conventions(gate["gate"]))
     return gate
@@ -432,15 +424,20 @@ def format_gates(entry, given):
                 f"{gate:.4g}" if gate is not None else
                 f"none (no track seen {GATE_FRAME_GAP} frames apart beside "
                 "another in a frame)"))
-        p = best
         lines.append(
             "  python deep_sort_app.py --sequence_dir=SEQUENCE "
             f"--detection_file={os.path.join(entry['folder'], 'SEQUENCE')}"
-            f".npy --min_confidence={p['min_confidence']:g} "
-            f"--nms_max_overlap={p['nms_max_overlap']:g} "
-            f"--max_cosine_distance={p['max_cosine_distance']:g} "
-            f"--nn_budget={p['nn_budget']}")
+            f".npy --min_confidence={best['min_confidence']:g} "
+            f"--nms_max_overlap={best['nms_max_overlap']:g} "
+            f"--max_cosine_distance={best['max_cosine_distance']:g} "
+            f"--nn_budget={best['nn_budget']}")
     return "\n".join(lines)
+
+
+def check_parameters(parameters):
+    """:func:`mot.check_parameters`, where the gate may be ``auto``."""
+    mot.check_parameters({k: v for k, v in parameters.items()
+                          if (k, v) != ("max_cosine_distance", AUTO)})
 
 
 def parse_gate(text):
@@ -462,8 +459,7 @@ def main(argv):
         parameters = {name: getattr(FLAGS, name) for name in DEFAULTS}
         parameters["max_cosine_distance"] = parse_gate(
             FLAGS.max_cosine_distance)
-        mot.check_parameters({k: v for k, v in parameters.items()
-                              if v != AUTO})  # before reading the sequences
+        check_parameters(parameters)  # before reading the sequences
         classes = mot.parse_classes(FLAGS.classes)
         models = [m.strip() for m in FLAGS.model.split(",") if m.strip()]
         model_labels(models)

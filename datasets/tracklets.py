@@ -220,6 +220,15 @@ def self_calibrated_gate(same, different, false_accept=GATE_FALSE_ACCEPT):
             "different_pairs": int(len(different))}
 
 
+def pooled_gate(sequences, false_accept=GATE_FALSE_ACCEPT):
+    """:func:`self_calibrated_gate` of the pairs of every ``(features,
+    rows, pieces)`` of ``sequences`` together."""
+    same, different = zip(*(pair_distances(features, rows, pieces)
+                            for features, rows, pieces in sequences))
+    return self_calibrated_gate(np.concatenate(same),
+                                np.concatenate(different), false_accept)
+
+
 def gate_conventions(gate):
     """The gate as each tracker states it: ``[(tracker, setting)]``."""
     return [
@@ -235,11 +244,9 @@ def motion_pieces(sequence, rows, parameters=None, **cut):
     features), cut as :func:`cut_tracklets` cuts; the tracklets a gate is
     calibrated on, whatever model is calibrated."""
     parameters = {**mot.DEFAULTS, **(parameters or {})}
-    rng = np.random.default_rng(0)
-    noise = rng.normal(size=(len(rows), 128)).astype(np.float32)
-    noise /= np.linalg.norm(noise, axis=1, keepdims=True)
     matches = []
-    mot.run_tracker(rows, noise, sequence.num_frames, matches=matches,
+    mot.run_tracker(rows, mot.random_features(len(rows)),
+                    sequence.num_frames, matches=matches,
                     **{k: parameters[k] for k in mot.TRACKER_PARAMETERS})
     return cut_tracklets(rows, matches, sequence.image_shape, **cut)
 
@@ -296,22 +303,17 @@ def extract(sequence_folders, output_dir, model="none", **cut):
         _check_detections(sequence)
     encoder = None if model == "none" else encoder_lib.load(model)
     tracked = []  # (sequence, rows, features, motion pieces)
-    same, different = [], []
     for sequence in sequences:
         rows = mot.detection_rows(sequence, "det",
                                   mot.DEFAULTS["min_confidence"], 1.0)
-        pieces, crops, counts = motion_pieces(sequence, rows, **cut)
-        features = None
-        if encoder is not None:
-            features = mot.encode_rows(encoder, sequence, rows)
-            s, d = pair_distances(features, rows, pieces)
-            same.append(s)
-            different.append(d)
-        tracked.append((sequence, rows, features, (pieces, crops, counts)))
+        features = None if encoder is None else mot.encode_rows(
+            encoder, sequence, rows)
+        tracked.append((sequence, rows, features,
+                        motion_pieces(sequence, rows, **cut)))
     gate = None
     if encoder is not None:
-        gate = self_calibrated_gate(np.concatenate(same),
-                                    np.concatenate(different))
+        gate = pooled_gate((features, rows, result[0])
+                           for _, rows, features, result in tracked)
         if gate is None:
             raise UsageError("no tracklet pairs to calibrate the gate on: "
                              "the sequences are too short or too crowded")

@@ -397,7 +397,8 @@ def format_table(summary):
 def format_gates(entry, given):
     """A model's gates: self-calibrated (in each tracker's convention),
     the best of the sweep with its Deep SORT command line, and the one
-    found on the ground truth."""
+    found on the ground truth; ``given``: the gate asked for (a number,
+    or :data:`AUTO`)."""
     lines = []
     calibrated = entry.get("self_calibrated_gate")
     if calibrated is None:
@@ -475,7 +476,8 @@ def main(argv):
         for model, entry in summary["models"].items():
             if model != NONE:
                 print(f"\n{model}:")
-                print(format_gates(entry, FLAGS.max_cosine_distance))
+                print(format_gates(entry,
+                                   parameters["max_cosine_distance"]))
         print(f"wrote {os.path.join(output_dir, SUMMARY_NAME)}")
         return 0
 

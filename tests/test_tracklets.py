@@ -188,6 +188,8 @@ def test_track_with_the_self_calibrated_gate(scene, trained, tmp_path):
         f"--max_cosine_distance={calibrated['gate']:.4g}"
     assert os.path.isfile(os.path.join(entry["runs"][0]["results"],
                                        "SCENE-01.txt"))
+    assert "; used, as --max_cosine_distance=auto asks" in \
+        track.format_gates(entry, track.parse_gate("Auto"))
     with pytest.raises(UsageError, match="max_cosine_distance='often'"):
         track.parse_gate("often")
 

@@ -68,7 +68,6 @@ def _check_output_dir(output_dir):
     else:
         files.check_writable(os.path.dirname(os.path.abspath(output_dir)),
                              output_dir)
-        os.makedirs(output_dir)
 
 
 def _numbers(path, sequences, rows_of, scored, cache):
@@ -93,12 +92,30 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
     if number_of_steps < 1:
         raise ArgumentError("number_of_steps", number_of_steps,
                             "expected at least 1 step")
+    # every input checked before the work
     _check_output_dir(output_dir)
-    encoder, prefix = checkpoints.load_encoder(model)  # before the work
+    encoder, prefix = checkpoints.load_encoder(model)
     shape = tuple(encoder.input_shape[1:])
     sequences = [mot.read_sequence(f) for f in sequence_folders]
     mot.check_distinct(sequences, "sequence_folders", sequence_folders)
+    scored = [s for s in sequences if s.ground_truth is not None]
+    for sequence in scored:
+        mot.check_ground_truth(sequence)
     folder = os.path.join(output_dir, "tracklets")
+    config = settings.TrainConfig(
+        dataset_dir=folder, log_dir=output_dir, run_id="run",
+        restore_path=prefix, restore_classifier=False,
+        number_of_steps=number_of_steps, batch_size=batch_size)
+    config.validate()
+    report_path = os.path.join(output_dir, "adapt.json")
+    mode, name = EXPORTS[export]
+    write, check, _ = cli.EXPORTERS[mode] if mode else (None, None, None)
+    if os.path.isdir(output_dir):  # an interrupted run's files, if any
+        files.check_output(report_path, REPORT)
+        if check is not None:
+            check(os.path.join(output_dir, name))
+    os.makedirs(output_dir, exist_ok=True)
+
     if not os.path.isfile(os.path.join(folder, "manifest.json")):
         manifest = tracklets.extract(sequence_folders, folder, **cut)
     else:  # an interrupted run's
@@ -108,9 +125,6 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
                                           mot.DEFAULTS["min_confidence"],
                                           mot.DEFAULTS["nms_max_overlap"])
                for s in sequences}
-    scored = [s for s in sequences if s.ground_truth is not None]
-    for sequence in scored:
-        mot.check_ground_truth(sequence)
     cache = {}
     before = _numbers(prefix, sequences, rows_of, scored, cache)
 
@@ -119,11 +133,6 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
         name="tracklets", num_classes=len(split.label_names),
         read_train=lambda _: split, default_dataset_dir=folder,
         image_shape=shape, label_names=split.label_names)
-    config = settings.TrainConfig(
-        dataset_dir=folder, log_dir=output_dir, run_id="run",
-        restore_path=prefix, restore_classifier=False,
-        number_of_steps=number_of_steps, batch_size=batch_size)
-    config.validate()
     status = cli.run_mode(dataset, cli.Mode.TRAIN, config)
     if status:
         return status
@@ -135,15 +144,12 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
         "crops": manifest["counts"]["kept"]},
         "number_of_steps": number_of_steps, "before": before,
         "after": after, "export": None}
-    mode, name = EXPORTS[export]
     if mode is not None:
-        write, check, _ = cli.EXPORTERS[mode]
-        output = os.path.join(output_dir, name)
-        check(output)
         encoder, _ = checkpoints.load_encoder(adapted)
-        report["export"] = write(encoder, output, shape)
-    files.write_atomically(os.path.join(output_dir, "adapt.json"),
-                           lambda f: json.dump(report, f, indent=1), REPORT)
+        report["export"] = write(encoder, os.path.join(output_dir, name),
+                                 shape)
+    files.write_atomically(report_path, lambda f: json.dump(
+        report, f, indent=1), REPORT)
     return report
 
 

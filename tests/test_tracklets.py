@@ -225,3 +225,13 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
     with pytest.raises(UsageError, match="export='zip'"):
         adapt.adapt(trained[0], [scene], str(tmp_path / "new"), export="zip")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+    # checked before the work: an adapt.json of someone else's, a model
+    # that does not load; nothing is made
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "adapt.json").write_text('{"mine": 1}')
+    with pytest.raises(UsageError, match="refusing to replace"):
+        adapt.adapt(trained[0], [scene], str(tmp_path / "theirs"))
+    assert os.listdir(tmp_path / "theirs") == ["adapt.json"]
+    with pytest.raises(UsageError, match="no such checkpoint"):
+        adapt.adapt(str(tmp_path / "nope"), [scene], str(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()

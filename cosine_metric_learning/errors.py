@@ -78,7 +78,11 @@ def report_errors(argv, run, flag_names):
         return 2
     with _ctrl_c_remembered() as interrupted:
         try:
-            return run()
+            status = run()
+            if interrupted:  # swallowed where it arrived (a finaliser)
+                print(INTERRUPTED, file=sys.stderr)
+                return INTERRUPTED_STATUS
+            return status
         except (Exception, KeyboardInterrupt) as error:
             reported = _one_line(error, interrupted, flag_names)
             if reported is None:
@@ -108,7 +112,7 @@ def _one_line(error, interrupted, flag_names):
 def _ctrl_c_remembered():
     """Yield a list that gets the signal's number when Ctrl-C (SIGINT)
     arrives in the block; it still raises KeyboardInterrupt as Python's
-    own handler does. Where SIGINT is ignored or handled otherwise, or
+    own handler does (where a finaliser swallows it, silently). Where SIGINT is ignored or handled otherwise, or
     off the main thread, nothing changes."""
     received = []
 
@@ -121,11 +125,21 @@ def _ctrl_c_remembered():
             signal.default_int_handler, _interrupted_while_starting):
         yield received
         return
+    def unraisable(report):
+        # a KeyboardInterrupt raised in a finaliser is lost, and Python
+        # prints its traceback; it is remembered above, and said as one
+        # line when the command ends
+        if not isinstance(report.exc_value, KeyboardInterrupt):
+            previous(report)
+
+    previous = sys.unraisablehook
     signal.signal(signal.SIGINT, remember)
+    sys.unraisablehook = unraisable
     try:
         yield received
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = previous
 
 
 def quiet_ctrl_c_while_starting():

@@ -131,6 +131,29 @@ sys.exit(errors.report_errors(["command"], run, {{}}))""")
         assert "TypeError: in user code:" in result.stderr
 
 
+def test_ctrl_c_that_a_finaliser_swallows_is_ctrl_c():
+    """A real SIGINT arriving while a finaliser runs (Python ignores the
+    KeyboardInterrupt there, and the command would go on to exit 0) is
+    still one line and exit status 130."""
+    result = run_script("-c", """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from cosine_metric_learning import errors
+
+class Finalised:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(30)  # the signal arrives here
+
+def run():
+    Finalised()
+    return 0
+
+sys.exit(errors.report_errors(["command"], run, {}))""")
+    assert result.returncode == 130, result.stderr[-2000:]
+    assert result.stderr.strip() == INTERRUPTED
+
+
 @pytest.mark.parametrize("mode, waits_for", [
     (["--mode=test", "--batch_size=1", "--flip_test"], "Encoding"),
     (["--mode=onnx", "--int8", "--calibration_images=3000"],

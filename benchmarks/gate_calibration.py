@@ -49,6 +49,9 @@ def main(argv=None):
                         help="comma-separated models")
     parser.add_argument("--scenes", default="5:120:11,8:120:12,10:120:13",
                         help="pairs:frames:seed of each synthetic scene")
+    parser.add_argument("--look_alike", type=float, default=0.0,
+                        help="the two of a pair look alike: their colours "
+                        "differ by about this much (0-255)")
     parser.add_argument("--output_json", default=None)
     args = parser.parse_args(argv)
     folder = tempfile.mkdtemp(prefix="gate_scenes.")
@@ -57,7 +60,7 @@ def main(argv=None):
         pairs, frames, seed = (int(v) for v in text.split(":"))
         sequences.append(mot.read_sequence(synthetic.write_mot_sequence(
             folder, num_pairs=pairs, num_frames=frames, seed=seed,
-            name=f"CROSS-{k + 1:02d}")))
+            name=f"CROSS-{k + 1:02d}", look_alike=args.look_alike)))
     table = {}
     for model in args.model.split(","):
         encoder = encoder_lib.load(model)

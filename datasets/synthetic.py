@@ -433,8 +433,22 @@ def _visibility(x):
     return 1.0 - hidden / MOT_BOX[0]
 
 
+COLOUR_KEYS = ("hair", "skin", "shirt", "shirt2", "trousers", "shoes",
+               "bag_color")
+
+
+def _look_alike(person, rng, spread):
+    """A person built like ``person``, the same pattern and bag, whose
+    colours each differ by a normal shift of ``spread`` per channel."""
+    twin = dict(person)
+    for key in COLOUR_KEYS:
+        twin[key] = np.clip(person[key] + rng.normal(0.0, spread, 3), 0,
+                            255).astype(int)
+    return twin
+
+
 def write_mot_sequence(output_dir, num_pairs=4, num_frames=160, seed=0,
-                       name="SYNTH-01"):
+                       name="SYNTH-01", look_alike=0.0):
     """Write a MOTChallenge sequence folder ``output_dir/name``:
     ``seqinfo.ini``, ``img1/000001.jpg...``, ``gt/gt.txt`` and
     ``det/det.txt``.
@@ -446,6 +460,13 @@ def write_mot_sequence(output_dir, num_pairs=4, num_frames=160, seed=0,
     visibility from the pillar); ``det.txt`` has the visible ones with
     jitter, about 5 % missed, and a false positive in about one frame in
     five (confidences below Deep SORT's usual 0.3 for most of them).
+
+    ``look_alike`` above 0 makes each pair two people of one build, pattern
+    and bag whose colours differ by about that much (a normal shift per
+    channel, on 0-255; each frame's rendering jitters them by up to 12 and
+    adds noise of 8): the crossings of similar-looking people that only a
+    fine descriptor tells apart. 0 (the default) draws every person on
+    their own.
 
     Returns
     -------
@@ -461,8 +482,9 @@ def write_mot_sequence(output_dir, num_pairs=4, num_frames=160, seed=0,
         os.makedirs(os.path.join(folder, sub), exist_ok=True)
     people, boxes = [], {}  # frame -> [(track id, person, x, y)]
     for pair in _pair_paths(num_pairs, num_frames):
-        for path in pair:
-            people.append(_identity(rng))
+        for k, path in enumerate(pair):
+            people.append(_identity(rng) if k == 0 or not look_alike else
+                          _look_alike(people[-1], rng, look_alike))
             for frame, x, y in path:
                 boxes.setdefault(frame, []).append((len(people), x, y))
     gradient = np.linspace(-20, 20, width)[None, :, None]
@@ -524,6 +546,10 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", default="SYNTH-01",
                         help="--layout=mot: the sequence's name (its folder)")
+    parser.add_argument("--look_alike", type=float, default=0.0,
+                        help="--layout=mot: each pair's colours differ by "
+                        "about this much (0-255); 0 draws people "
+                        "independently")
     args = parser.parse_args(argv)
     sizes = {k: v for k, v in (("num_train_ids", args.num_train_ids),
                                ("num_test_ids", args.num_test_ids))
@@ -531,8 +557,12 @@ def main(argv=None):
     for key, value in sizes.items():
         if value < 2:
             parser.error(f"--{key}={value}: expected at least 2")
+    if not 0 <= args.look_alike <= 255:
+        parser.error(f"--look_alike={args.look_alike:g}: expected a colour "
+                     "difference from 0 to 255")
     if args.layout == "mot":
-        write_mot_sequence(args.output_dir, seed=args.seed, name=args.name)
+        write_mot_sequence(args.output_dir, seed=args.seed, name=args.name,
+                           look_alike=args.look_alike)
     elif args.layout == "identity_folders":
         write_identity_folders(args.output_dir, seed=args.seed,
                                num_ids=sizes.get("num_train_ids", 60))

@@ -26,6 +26,7 @@ from cosine_metric_learning import metrics, mot, track
 from cosine_metric_learning.datasets import synthetic, tracklets
 
 TARGETS = (0.001, 0.003, 0.01, 0.03, 0.1)
+REJECTS = (0.05, 0.1, 0.2)
 
 
 def idf1_at(gate, scenes):
@@ -76,9 +77,18 @@ def main(argv=None):
         same, different = np.concatenate(same), np.concatenate(different)
         rows = []
         for target in TARGETS:
-            gate = tracklets.self_calibrated_gate(same, different, target)
+            gate = tracklets.self_calibrated_gate(same, different, target,
+                                                  None)
             rows.append((f"false accepts {target:g}", gate["gate"],
                          gate["false_reject"], idf1_at(gate["gate"], scenes)))
+        for target in REJECTS:
+            gate = tracklets.self_calibrated_gate(same, different, 0.0,
+                                                  target)
+            rows.append((f"false rejects {target:g}", gate["gate"],
+                         gate["false_reject"], idf1_at(gate["gate"], scenes)))
+        gate = tracklets.self_calibrated_gate(same, different)
+        rows.append((f"default ({gate['bound']})", gate["gate"],
+                     gate["false_reject"], idf1_at(gate["gate"], scenes)))
         equal = metrics.equal_error_gate(
             np.concatenate([same, different]),
             np.concatenate([np.ones(len(same), bool),

@@ -42,12 +42,16 @@ FLAGS = flags.FLAGS
 FLAG_NAMES = {"path": "--model", "model": "--model",
               "sequences": "--sequences", "output_dir": "--output_dir",
               "number_of_steps": "--number_of_steps",
-              "batch_size": "--batch_size", "export": "--export"}
+              "batch_size": "--batch_size", "export": "--export",
+              "negatives": "--negatives"}
 EXPORTS = {"freeze": (cli.Mode.FREEZE, "adapted.pb"),
            "onnx": (cli.Mode.ONNX, "adapted.onnx"),
            "openvino": (cli.Mode.OPENVINO, "adapted.xml"),
            "tflite": (cli.Mode.TFLITE, "adapted.tflite"),
            "none": (None, None)}
+# which tracklets a tracklet's softmax sets itself against: all, or only
+# those seen in a frame with it (tracklets.may_share_identity)
+NEGATIVES = ("concurrent", "all")
 # what the command writes in --output_dir
 OWN = {"tracklets", "run", "adapt.json",
        *(name for _, name in EXPORTS.values() if name)}
@@ -83,12 +87,15 @@ def _numbers(path, sequences, rows_of, scored, cache):
 
 
 def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
-          batch_size=64, export="freeze", **cut):
+          batch_size=64, export="freeze", negatives="concurrent", **cut):
     """The four steps of the module's docstring; returns the report
-    written to ``OUT/adapt.json``."""
+    written to ``OUT/adapt.json``. ``negatives``: see :data:`NEGATIVES`."""
     if export not in EXPORTS:
         raise ArgumentError("export", export,
                             f"expected one of {', '.join(EXPORTS)}")
+    if negatives not in NEGATIVES:
+        raise ArgumentError("negatives", negatives,
+                            f"expected one of {', '.join(NEGATIVES)}")
     if number_of_steps < 1:
         raise ArgumentError("number_of_steps", number_of_steps,
                             "expected at least 1 step")
@@ -132,7 +139,9 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
     dataset = DatasetSpec(
         name="tracklets", num_classes=len(split.label_names),
         read_train=lambda _: split, default_dataset_dir=folder,
-        image_shape=shape, label_names=split.label_names)
+        image_shape=shape, label_names=split.label_names,
+        may_share_identity=None if negatives == "all" else
+        tracklets.may_share_identity(manifest["spans"], split.label_names))
     status = cli.run_mode(dataset, cli.Mode.TRAIN, config)
     if status:
         return status
@@ -142,7 +151,8 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
     report = {"model": model, "adapted": adapted, "tracklets": {
         "identities": len(manifest["identities"]),
         "crops": manifest["counts"]["kept"]},
-        "number_of_steps": number_of_steps, "before": before,
+        "number_of_steps": number_of_steps, "negatives": negatives,
+        "before": before,
         "after": after, "export": None}
     if mode is not None:
         encoder, _ = checkpoints.load_encoder(adapted)
@@ -157,15 +167,16 @@ def format_report(report):
     lines = [f"{report['tracklets']['identities']} tracklets "
              f"({report['tracklets']['crops']} crops), "
              f"{report['number_of_steps']} steps from {report['model']}",
-             f"{'':8s} {'gate':>7s} {'false rejects at 1 % false accepts':>36s}"
-             f" {'IDF1':>6s}"]
+             f"{'':8s} {'gate':>7s} {'false accepts':>14s} "
+             f"{'false rejects':>14s} {'IDF1':>6s}"]
     for when in ("before", "after"):
         numbers = report[when]
         gate = numbers["self_calibrated_gate"]
         idf1 = numbers.get("IDF1")
         lines.append(
             f"{when:8s} {gate['gate']:7.4f} "
-            f"{100 * gate['false_reject']:35.1f}% "
+            f"{100 * gate['false_accept']:13.1f}% "
+            f"{100 * gate['false_reject']:13.1f}% "
             + (f"{100 * idf1:6.1f}" if idf1 is not None else f"{'-':>6s}"))
     gate = report["after"]["self_calibrated_gate"]["gate"]
     lines.append("the adapted model's gate: " + "; ".join(
@@ -182,7 +193,7 @@ def main(argv):
         report = adapt(
             FLAGS.model, mot.find_sequences(FLAGS.sequences),
             FLAGS.output_dir, FLAGS.number_of_steps, FLAGS.batch_size,
-            FLAGS.export)
+            FLAGS.export, FLAGS.negatives)
         if isinstance(report, int):  # training stopped by a signal
             return report
         print(format_report(report))
@@ -204,6 +215,11 @@ def define_flags():
     flags.DEFINE_integer("batch_size", 64, "Fine-tuning batch size.")
     flags.DEFINE_enum("export", "freeze", list(EXPORTS), "How to export "
                       "the adapted encoder (freeze: Deep SORT's .pb).")
+    flags.DEFINE_enum("negatives", "concurrent", list(NEGATIVES),
+                      "What a tracklet is trained apart from: the "
+                      "tracklets seen in a frame with it (concurrent; those "
+                      "of its sequence never seen with it may be the same "
+                      "person), or every other tracklet (all)."),
 
 
 if __name__ == "__main__":

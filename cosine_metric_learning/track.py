@@ -405,13 +405,9 @@ def format_gates(entry, given):
         lines.append("  self-calibrated gate: none (no tracklet pairs)")
     else:
         lines.append(
-            f"  self-calibrated gate {calibrated['gate']:.4g} (from "
-            f"{calibrated['same_pairs']} same-tracklet and "
-            f"{calibrated['different_pairs']} same-frame pairs: false "
-            f"accepts {100 * calibrated['false_accept']:.1f} %, false "
-            f"rejects {100 * calibrated['false_reject']:.1f} %)" + (
-                "; used, as --max_cosine_distance=auto asks"
-                if given == AUTO else ""))
+            "  self-calibrated gate " + tracklets.describe_gate(calibrated)
+            + ("; used, as --max_cosine_distance=auto asks"
+               if given == AUTO else ""))
         lines.extend(f"    {tracker}: {setting}" for tracker, setting
                      in calibrated["conventions"].items())
     if "best" in entry:

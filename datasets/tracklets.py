@@ -59,6 +59,7 @@ REASONS = collections.OrderedDict([
 # the self-calibrated gate: the share of different-people pairs it
 # accepts, and the frames between a tracklet's two boxes of a same pair
 GATE_FALSE_ACCEPT = 0.01
+GATE_FALSE_REJECT = 0.1
 GATE_FRAME_GAP = 10
 # pairs drawn at most, of each kind
 MAX_PAIRS = 200_000
@@ -197,36 +198,60 @@ def pair_distances(features, rows, pieces, frame_gap=GATE_FRAME_GAP,
     return distances(same), distances(different)
 
 
-def self_calibrated_gate(same, different, false_accept=GATE_FALSE_ACCEPT):
+def self_calibrated_gate(same, different, false_accept=GATE_FALSE_ACCEPT,
+                         false_reject=GATE_FALSE_REJECT):
     """The gate (a cosine distance) that accepts ``false_accept`` of the
-    ``different`` pairs' distances, and what it does to both kinds.
+    ``different`` pairs' distances, raised where that cuts more than
+    ``false_reject`` of the ``same`` pairs to the gate that keeps all but
+    that share of them; and what it does to both kinds.
 
     Returns
     -------
     dict or None
         ``gate``, ``false_accept`` and ``false_reject`` (the shares of
         different pairs at or below the gate and of same pairs above it),
-        ``same_pairs``, ``different_pairs``; None without pairs of both
-        kinds.
+        ``bound`` (which of the two set the gate: ``false accepts`` or
+        ``false rejects``), ``same_pairs``, ``different_pairs``; None
+        without pairs of both kinds.
     """
     same, different = np.asarray(same), np.asarray(different)
     if not len(same) or not len(different):
         return None
     gate = float(np.quantile(different, false_accept, method="lower"))
+    bound = "false accepts"
+    if false_reject is not None:
+        # the least distance that at least 1 - false_reject of them reach
+        keeping = float(np.quantile(same, 1.0 - false_reject,
+                                    method="inverted_cdf"))
+        if keeping > gate:
+            gate, bound = keeping, "false rejects"
     return {"gate": gate,
             "false_accept": float(np.mean(different <= gate)),
             "false_reject": float(np.mean(same > gate)),
+            "bound": bound,
             "same_pairs": int(len(same)),
             "different_pairs": int(len(different))}
 
 
-def pooled_gate(sequences, false_accept=GATE_FALSE_ACCEPT):
+def pooled_gate(sequences, false_accept=GATE_FALSE_ACCEPT,
+                false_reject=GATE_FALSE_REJECT):
     """:func:`self_calibrated_gate` of the pairs of every ``(features,
     rows, pieces)`` of ``sequences`` together."""
     same, different = zip(*(pair_distances(features, rows, pieces)
                             for features, rows, pieces in sequences))
     return self_calibrated_gate(np.concatenate(same),
-                                np.concatenate(different), false_accept)
+                                np.concatenate(different), false_accept,
+                                false_reject)
+
+
+def describe_gate(gate):
+    """One line of a :func:`self_calibrated_gate`: the value, its pairs,
+    its error rates and which of them set it."""
+    return (f"{gate['gate']:.4g} (from {gate['same_pairs']} same-tracklet "
+            f"and {gate['different_pairs']} same-frame pairs: false accepts "
+            f"{100 * gate['false_accept']:.1f} %, false rejects "
+            f"{100 * gate['false_reject']:.1f} %; set by the "
+            f"{gate['bound']})")
 
 
 def gate_conventions(gate):
@@ -322,7 +347,7 @@ def extract(sequence_folders, output_dir, model="none", **cut):
                      gate["different_pairs"])
     manifest = {"sources": [], "filters": dict(cut), "model": model,
                 "gate": gate, "counts": dict.fromkeys(["kept", *REASONS], 0),
-                "identities": {}}
+                "identities": {}, "spans": {}}
     selected = []
     for sequence, rows, features, result in tracked:
         if encoder is not None:  # tracked again, with the model
@@ -345,8 +370,11 @@ def extract(sequence_folders, output_dir, model="none", **cut):
         for reason, count in counts.items():
             manifest["counts"][reason] += count
         for piece, count in sorted(numbers.items()):
-            manifest["identities"][mot_crops.identity_name(
-                sequence.name, piece)] = count
+            name = mot_crops.identity_name(sequence.name, piece)
+            manifest["identities"][name] = count
+            frames = rows[pieces[piece - 1], 0]
+            manifest["spans"][name] = [sequence.name, int(frames.min()),
+                                       int(frames.max())]
     if not manifest["identities"]:
         raise UsageError(
             "no tracklet is left after the cuts (" + ", ".join(
@@ -364,6 +392,21 @@ def extract(sequence_folders, output_dir, model="none", **cut):
     return manifest
 
 
+def may_share_identity(spans, label_names):
+    """Which tracklets may be one person: ``(C, C)`` booleans over
+    ``label_names``, True for two tracklets of one sequence that are never
+    in the same frame (``spans``: the manifest's ``[sequence, first frame,
+    last frame]`` of each). Tracklets seen together are different people;
+    those of different sequences are taken as different people too.
+    """
+    sequence = np.array([spans[name][0] for name in label_names])
+    first = np.array([spans[name][1] for name in label_names])
+    last = np.array([spans[name][2] for name in label_names])
+    apart = ((last[:, None] < first[None, :])
+             | (last[None, :] < first[:, None]))
+    return (sequence[:, None] == sequence[None, :]) & apart
+
+
 def format_report(manifest, output_dir):
     """What was kept and dropped, per sequence and in total, and the
     gate."""
@@ -378,12 +421,8 @@ def format_report(manifest, output_dir):
         lines.append(f"{counts[reason]:8d} dropped: {text}")
     gate = manifest.get("gate")
     if gate:
-        lines.append(
-            f"self-calibrated gate of {manifest['model']}: "
-            f"{gate['gate']:.4g} (from {gate['same_pairs']} same and "
-            f"{gate['different_pairs']} different pairs; false accepts "
-            f"{100 * gate['false_accept']:.1f} %, false rejects "
-            f"{100 * gate['false_reject']:.1f} %)")
+        lines.append(f"self-calibrated gate of {manifest['model']}: "
+                     + describe_gate(gate))
         lines.extend(f"  {tracker}: {setting}"
                      for tracker, setting in gate_conventions(gate["gate"]))
     return "\n".join(lines)

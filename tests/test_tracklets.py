@@ -60,16 +60,41 @@ def test_the_gate_from_known_distributions():
     same = np.array([0.01, 0.02, 0.05, 0.2])
     different = np.array([0.04, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1,
                           1.2])
-    gate = tracklets.self_calibrated_gate(same, different, false_accept=0.1)
+    gate = tracklets.self_calibrated_gate(same, different, false_accept=0.1,
+                                          false_reject=None)
     # one of ten different pairs is at or below 0.04; two of four same
     # pairs lie above it
     assert gate == {"gate": 0.04, "false_accept": 0.1, "false_reject": 0.5,
-                    "same_pairs": 4, "different_pairs": 10}
+                    "bound": "false accepts", "same_pairs": 4,
+                    "different_pairs": 10}
+    # cutting no more than a quarter of the same pairs raises it to 0.05,
+    # which also accepts 0.04
+    gate = tracklets.self_calibrated_gate(same, different, false_accept=0.1,
+                                          false_reject=0.25)
+    assert gate == {"gate": 0.05, "false_accept": 0.1, "false_reject": 0.25,
+                    "bound": "false rejects", "same_pairs": 4,
+                    "different_pairs": 10}
+    # a bound the false accepts already keep leaves the gate
+    assert tracklets.self_calibrated_gate(
+        same, different, false_accept=0.2, false_reject=0.25)["gate"] == 0.3
     assert tracklets.self_calibrated_gate(same, []) is None
     conventions = dict(tracklets.gate_conventions(0.04))
     assert conventions["Deep SORT"] == "--max_cosine_distance=0.04"
     assert "appearance_thresh=0.02" in conventions.values()
     assert "appearance_thresh: 0.96" in conventions.values()
+
+
+def test_tracklets_never_seen_together_may_be_one_person():
+    spans = {"A_1": ["A", 1, 10], "A_2": ["A", 5, 20],
+             "A_3": ["A", 21, 30], "A_4": ["A", 11, 11],
+             "B_1": ["B", 40, 50]}
+    names = ["A_1", "A_2", "A_3", "A_4", "B_1"]
+    same = tracklets.may_share_identity(spans, names)
+    expected = {("A_1", "A_3"), ("A_1", "A_4"), ("A_2", "A_3"),
+                ("A_3", "A_4")}  # A_2 holds frame 11: it meets A_4
+    assert {(names[i], names[j]) for i, j in zip(*np.nonzero(same))
+            if i < j} == expected
+    np.testing.assert_array_equal(same, same.T)
 
 
 def test_pairs_are_a_pieces_boxes_apart_and_a_frames_boxes():

@@ -44,8 +44,6 @@ def main(argv=None):
                         help="pairs:frames:seed of the held-out scene")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--negatives", default="concurrent",
-                        choices=("concurrent", "all"))
     parser.add_argument("--output_json", default=None)
     args = parser.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="adapt_gain.")
@@ -56,8 +54,7 @@ def main(argv=None):
                       args.look_alike, "HELD-OUT")
     report = adapt.adapt(args.model, unlabeled, os.path.join(tmp, "adapted"),
                          number_of_steps=args.steps,
-                         batch_size=args.batch_size, export="none",
-                         negatives=args.negatives)
+                         batch_size=args.batch_size, export="none")
     if isinstance(report, int):
         return report
     models = [track.NONE, args.model, report["adapted"]]
@@ -70,8 +67,7 @@ def main(argv=None):
     table = {}
     print(f"\n{report['tracklets']['identities']} tracklets from "
           f"{len(unlabeled)} unlabeled scenes, {args.steps} steps; held-out "
-          f"scene {args.held_out}, look-alike {args.look_alike:g}, negatives "
-          f"{args.negatives}")
+          f"scene {args.held_out}, look-alike {args.look_alike:g}")
     print(f"{'model':12s} {'calibrated':>10s} {'IDF1':>6s} {'best gate':>9s} "
           f"{'IDF1':>6s}")
     for model in models:

@@ -42,16 +42,12 @@ FLAGS = flags.FLAGS
 FLAG_NAMES = {"path": "--model", "model": "--model",
               "sequences": "--sequences", "output_dir": "--output_dir",
               "number_of_steps": "--number_of_steps",
-              "batch_size": "--batch_size", "export": "--export",
-              "negatives": "--negatives"}
+              "batch_size": "--batch_size", "export": "--export"}
 EXPORTS = {"freeze": (cli.Mode.FREEZE, "adapted.pb"),
            "onnx": (cli.Mode.ONNX, "adapted.onnx"),
            "openvino": (cli.Mode.OPENVINO, "adapted.xml"),
            "tflite": (cli.Mode.TFLITE, "adapted.tflite"),
            "none": (None, None)}
-# which tracklets a tracklet's softmax sets itself against: all, or only
-# those seen in a frame with it (tracklets.may_share_identity)
-NEGATIVES = ("concurrent", "all")
 # what the command writes in --output_dir
 OWN = {"tracklets", "run", "adapt.json",
        *(name for _, name in EXPORTS.values() if name)}
@@ -87,15 +83,12 @@ def _numbers(path, sequences, rows_of, scored, cache):
 
 
 def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
-          batch_size=64, export="freeze", negatives="concurrent", **cut):
+          batch_size=64, export="freeze", **cut):
     """The four steps of the module's docstring; returns the report
-    written to ``OUT/adapt.json``. ``negatives``: see :data:`NEGATIVES`."""
+    written to ``OUT/adapt.json``."""
     if export not in EXPORTS:
         raise ArgumentError("export", export,
                             f"expected one of {', '.join(EXPORTS)}")
-    if negatives not in NEGATIVES:
-        raise ArgumentError("negatives", negatives,
-                            f"expected one of {', '.join(NEGATIVES)}")
     if number_of_steps < 1:
         raise ArgumentError("number_of_steps", number_of_steps,
                             "expected at least 1 step")
@@ -139,9 +132,7 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
     dataset = DatasetSpec(
         name="tracklets", num_classes=len(split.label_names),
         read_train=lambda _: split, default_dataset_dir=folder,
-        image_shape=shape, label_names=split.label_names,
-        may_share_identity=None if negatives == "all" else
-        tracklets.may_share_identity(manifest["spans"], split.label_names))
+        image_shape=shape, label_names=split.label_names)
     status = cli.run_mode(dataset, cli.Mode.TRAIN, config)
     if status:
         return status
@@ -151,8 +142,7 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
     report = {"model": model, "adapted": adapted, "tracklets": {
         "identities": len(manifest["identities"]),
         "crops": manifest["counts"]["kept"]},
-        "number_of_steps": number_of_steps, "negatives": negatives,
-        "before": before,
+        "number_of_steps": number_of_steps, "before": before,
         "after": after, "export": None}
     if mode is not None:
         encoder, _ = checkpoints.load_encoder(adapted)
@@ -193,7 +183,7 @@ def main(argv):
         report = adapt(
             FLAGS.model, mot.find_sequences(FLAGS.sequences),
             FLAGS.output_dir, FLAGS.number_of_steps, FLAGS.batch_size,
-            FLAGS.export, FLAGS.negatives)
+            FLAGS.export)
         if isinstance(report, int):  # training stopped by a signal
             return report
         print(format_report(report))
@@ -215,11 +205,6 @@ def define_flags():
     flags.DEFINE_integer("batch_size", 64, "Fine-tuning batch size.")
     flags.DEFINE_enum("export", "freeze", list(EXPORTS), "How to export "
                       "the adapted encoder (freeze: Deep SORT's .pb).")
-    flags.DEFINE_enum("negatives", "concurrent", list(NEGATIVES),
-                      "What a tracklet is trained apart from: the "
-                      "tracklets seen in a frame with it (concurrent; those "
-                      "of its sequence never seen with it may be the same "
-                      "person), or every other tracklet (all)."),
 
 
 if __name__ == "__main__":

@@ -49,18 +49,6 @@ def cosine_softmax_loss(labels, logits):
         labels=tf.cast(labels, tf.int64), logits=logits))
 
 
-# the logit of a class left out of a sample's softmax: its exp is 0
-EXCLUDED_LOGIT = -1e4
-
-
-def leave_out(logits, labels, excluded):
-    """``logits`` with each sample's classes ``excluded[label]`` (a
-    ``(C, C)`` boolean tensor) set to :data:`EXCLUDED_LOGIT`: the softmax
-    and the accuracy then see only the other classes."""
-    return tf.where(tf.gather(excluded, labels),
-                    tf.constant(EXCLUDED_LOGIT, logits.dtype), logits)
-
-
 def accuracy(labels, logits):
     """Fraction of samples whose arg-max logit is their label."""
     predicted = tf.argmax(logits, axis=1, output_type=tf.int64)

@@ -84,15 +84,8 @@ def create_optimizer(learning_rate, mixed_precision="none"):
     return optimizer
 
 
-def make_train_step(model, optimizer, loss_mode, step, summaries=False,
-                    may_share_identity=None):
+def make_train_step(model, optimizer, loss_mode, step, summaries=False):
     """One optimisation step on a batch; wrap it in a ``tf.function``.
-
-    ``may_share_identity`` (``(C, C)`` booleans, optional): classes that may
-    be one person (tracklets never seen together) are left out of each
-    other's softmax: a sample's logits of such classes are set far below
-    the others, so its loss neither pulls it towards them nor pushes it
-    away (the classifier's losses only).
 
     Returns
     -------
@@ -107,8 +100,6 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False,
     """
     variables = model.trainable_variables
     trained = losses.get(loss_mode).summary_name
-    excluded = (None if may_share_identity is None
-                else tf.constant(may_share_identity, tf.bool))
 
     def step_fn(images, labels):
         with tf.GradientTape() as tape:
@@ -120,8 +111,6 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False,
             logits = None
             if model.classifier is not None:
                 logits = model.classifier(features, training=True)
-                if excluded is not None:
-                    logits = losses.leave_out(logits, labels, excluded)
             terms, metrics = losses.compute_all(labels, features, logits)
             if model.classifier is not None:
                 # the mean where the network has a scale per class

@@ -144,7 +144,6 @@ class _Run:
     def __init__(self, dataset, config, strategy, chief, trainer):
         self.config, self.strategy, self.chief = config, strategy, chief
         self.trainer = trainer
-        self.may_share_identity = dataset.may_share_identity
         with strategy.scope():
             self.model = model_lib.create_model(
                 dataset, config.loss_mode, config.mixed_precision,
@@ -191,9 +190,9 @@ class _Run:
                        if chief else tf.summary.create_noop_writer())
 
     def _distributed_step(self, summaries):
-        step_fn = model_lib.make_train_step(
-            self.model, self.optimizer, self.config.loss_mode, self.step,
-            summaries, self.may_share_identity)
+        step_fn = model_lib.make_train_step(self.model, self.optimizer,
+                                            self.config.loss_mode, self.step,
+                                            summaries)
         strategy, trainer, size = self.strategy, self.trainer, \
             self.per_replica
 

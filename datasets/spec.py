@@ -29,11 +29,6 @@ class DatasetSpec:
     # the network trained (network_definition.NETWORKS): a run's own, or
     # that of the model it starts from
     network: str = network_definition.DEEP_SORT.name
-    # (num_classes, num_classes) booleans: classes that may be one person,
-    # left out of each other's softmax (model.make_train_step); None: all
-    # classes are different people
-    may_share_identity: Optional[object] = dataclasses.field(
-        default=None, compare=False)
 
 
 MARKET1501 = DatasetSpec(

@@ -347,7 +347,7 @@ def extract(sequence_folders, output_dir, model="none", **cut):
                      gate["different_pairs"])
     manifest = {"sources": [], "filters": dict(cut), "model": model,
                 "gate": gate, "counts": dict.fromkeys(["kept", *REASONS], 0),
-                "identities": {}, "spans": {}}
+                "identities": {}}
     selected = []
     for sequence, rows, features, result in tracked:
         if encoder is not None:  # tracked again, with the model
@@ -370,11 +370,8 @@ def extract(sequence_folders, output_dir, model="none", **cut):
         for reason, count in counts.items():
             manifest["counts"][reason] += count
         for piece, count in sorted(numbers.items()):
-            name = mot_crops.identity_name(sequence.name, piece)
-            manifest["identities"][name] = count
-            frames = rows[pieces[piece - 1], 0]
-            manifest["spans"][name] = [sequence.name, int(frames.min()),
-                                       int(frames.max())]
+            manifest["identities"][mot_crops.identity_name(
+                sequence.name, piece)] = count
     if not manifest["identities"]:
         raise UsageError(
             "no tracklet is left after the cuts (" + ", ".join(
@@ -390,21 +387,6 @@ def extract(sequence_folders, output_dir, model="none", **cut):
 
     files.replace_dir_atomically(output_dir, write, mot_crops.OUTPUT)
     return manifest
-
-
-def may_share_identity(spans, label_names):
-    """Which tracklets may be one person: ``(C, C)`` booleans over
-    ``label_names``, True for two tracklets of one sequence that are never
-    in the same frame (``spans``: the manifest's ``[sequence, first frame,
-    last frame]`` of each). Tracklets seen together are different people;
-    those of different sequences are taken as different people too.
-    """
-    sequence = np.array([spans[name][0] for name in label_names])
-    first = np.array([spans[name][1] for name in label_names])
-    last = np.array([spans[name][2] for name in label_names])
-    apart = ((last[:, None] < first[None, :])
-             | (last[None, :] < first[:, None]))
-    return (sequence[:, None] == sequence[None, :]) & apart
 
 
 def format_report(manifest, output_dir):

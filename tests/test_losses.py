@@ -30,27 +30,6 @@ def test_cosine_softmax_loss_and_accuracy_match_numpy():
     assert float(losses.accuracy(labels, logits)) == pytest.approx(0.5)
 
 
-def test_classes_left_out_of_a_softmax_are_not_in_its_loss():
-    logits = np.array([[2.0, 0.5, -1.0, 1.5], [0.1, 0.2, 3.0, -0.5],
-                       [1.0, 1.0, 0.0, 2.0]], np.float32)
-    labels = np.array([0, 1, 3], np.int64)
-    excluded = np.zeros((4, 4), bool)
-    excluded[0, 3] = excluded[3, 0] = True  # may be one person
-    excluded[1, 2] = excluded[2, 1] = True
-    # each sample's softmax over the classes its label does not exclude
-    allowed = ~excluded[labels]
-    expected = -np.mean([
-        row[label] - np.log(np.exp(row[keep]).sum())
-        for row, label, keep in zip(logits, labels, allowed)])
-    left_out = losses.leave_out(logits, labels, tf.constant(excluded))
-    np.testing.assert_allclose(
-        float(losses.cosine_softmax_loss(labels, left_out)), expected,
-        rtol=1e-6)
-    # sample 1's arg-max was class 2, excluded: now its own class 1
-    assert float(losses.accuracy(labels, left_out)) == pytest.approx(1.0)
-    assert float(losses.accuracy(labels, logits)) == pytest.approx(2 / 3)
-
-
 def test_triplet_loss_on_points_worked_out_by_hand():
     # Two identities on a line: A at 0 and 1, B at 3 and 6.
     features = np.array([[0.0], [1.0], [3.0], [6.0]], np.float32)

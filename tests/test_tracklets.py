@@ -84,19 +84,6 @@ def test_the_gate_from_known_distributions():
     assert "appearance_thresh: 0.96" in conventions.values()
 
 
-def test_tracklets_never_seen_together_may_be_one_person():
-    spans = {"A_1": ["A", 1, 10], "A_2": ["A", 5, 20],
-             "A_3": ["A", 21, 30], "A_4": ["A", 11, 11],
-             "B_1": ["B", 40, 50]}
-    names = ["A_1", "A_2", "A_3", "A_4", "B_1"]
-    same = tracklets.may_share_identity(spans, names)
-    expected = {("A_1", "A_3"), ("A_1", "A_4"), ("A_2", "A_3"),
-                ("A_3", "A_4")}  # A_2 holds frame 11: it meets A_4
-    assert {(names[i], names[j]) for i, j in zip(*np.nonzero(same))
-            if i < j} == expected
-    np.testing.assert_array_equal(same, same.T)
-
-
 def test_pairs_are_a_pieces_boxes_apart_and_a_frames_boxes():
     rows = np.asarray([_row(f, 0) for f in (1, 5, 12)]
                       + [_row(f, 100) for f in (1, 12)], float)

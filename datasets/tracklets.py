@@ -22,7 +22,10 @@ The gate: boxes of one tracklet some frames apart are (almost surely) the
 same person, boxes of one frame are different people. The self-calibrated
 gate is the cosine distance below which only ``GATE_FALSE_ACCEPT`` of the
 different-people pairs fall (the tracker wants few false accepts: motion
-covers the rest); :func:`self_calibrated_gate` reports both error rates.
+covers the rest), raised where that would cut more than
+``GATE_FALSE_REJECT`` of the same-tracklet pairs (a person it cannot take
+up again after an occlusion costs the tracker more than a look-alike in
+its motion gate); :func:`self_calibrated_gate` reports both error rates.
 """
 
 if __name__ == "__main__":  # Ctrl-C while the imports load: one line
@@ -57,7 +60,8 @@ REASONS = collections.OrderedDict([
     ("stride", "within --frame_stride frames of the piece's previous crop"),
 ])
 # the self-calibrated gate: the share of different-people pairs it
-# accepts, and the frames between a tracklet's two boxes of a same pair
+# accepts, the share of same-tracklet pairs it may cut, and the frames
+# between a tracklet's two boxes of a same pair
 GATE_FALSE_ACCEPT = 0.01
 GATE_FALSE_REJECT = 0.1
 GATE_FRAME_GAP = 10

@@ -3,10 +3,11 @@
 Writes synthetic crossing scenes (pairs who swap lanes behind a pillar;
 with ``--look_alike``, the two of a pair look alike), adapts ``--model``
 on the unlabeled ones (``cosine_metric_learning.adapt``: motion-only
-tracklets, fine-tuning), then tracks a held-out scene of other people
+tracklets, fine-tuning), then tracks held-out scenes of other people
 with motion alone, the model and the adapted model, each at its
 self-calibrated gate (``--max_cosine_distance=auto``) and swept (the
-grid and its refinement), scored with the held-out scene's ground truth.
+grid and its refinement), scored together with the held-out scenes'
+ground truth.
 Prints the table, the two differences the adaptation is judged by, and
 writes it all as JSON.
 
@@ -40,8 +41,9 @@ def main(argv=None):
     parser.add_argument("--look_alike", type=float, default=40.0)
     parser.add_argument("--unlabeled", default="5:160:21,5:160:22,5:160:23",
                         help="pairs:frames:seed of each unlabeled scene")
-    parser.add_argument("--held_out", default="8:160:31",
-                        help="pairs:frames:seed of the held-out scene")
+    parser.add_argument("--held_out", default="5:120:31,8:120:32,10:120:33",
+                        help="pairs:frames:seed of each held-out scene "
+                        "(scored together)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--output_json", default=None)
@@ -49,7 +51,7 @@ def main(argv=None):
     tmp = tempfile.mkdtemp(prefix="adapt_gain.")
     unlabeled = scenes(os.path.join(tmp, "unlabeled"), args.unlabeled,
                        args.look_alike, "UNLABELED")
-    # the held-out scene's seed draws other people (seeds differ)
+    # the held-out scenes' seeds draw other people (seeds differ)
     held_out = scenes(os.path.join(tmp, "held_out"), args.held_out,
                       args.look_alike, "HELD-OUT")
     report = adapt.adapt(args.model, unlabeled, os.path.join(tmp, "adapted"),
@@ -67,7 +69,7 @@ def main(argv=None):
     table = {}
     print(f"\n{report['tracklets']['identities']} tracklets from "
           f"{len(unlabeled)} unlabeled scenes, {args.steps} steps; held-out "
-          f"scene {args.held_out}, look-alike {args.look_alike:g}")
+          f"scenes {args.held_out}, look-alike {args.look_alike:g}")
     print(f"{'model':12s} {'calibrated':>10s} {'IDF1':>6s} {'best gate':>9s} "
           f"{'IDF1':>6s}")
     for model in models:

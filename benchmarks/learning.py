@@ -4,9 +4,9 @@ Trains every loss mode for the same number of steps and batch size on a
 synthetic Market-1501 set (300 training identities, 100 unseen test
 identities; or ``--dataset_dir``), then measures each with the standard
 test protocol (``--mode=test``) and prints the numbers side by side with
-those of the untrained network. Cosine-softmax runs twice: with the
-default start of its logit scale and with the original's
-(``--initial_logit_scale=0.6931``, softplus(0))::
+those of the untrained network. Cosine-softmax runs with each recipe
+(``--recipe``: baseline, original, strong) and with each trick of the
+strong recipe alone::
 
     python benchmarks/learning.py [--steps=600] [--batch_size=32]
 
@@ -27,28 +27,35 @@ from absl import logging
 from cosine_metric_learning import protocol, settings, training
 from cosine_metric_learning.datasets import synthetic
 from cosine_metric_learning.datasets.spec import MARKET1501
-from cosine_metric_learning.nets.deep_sort import network_definition
 
-# (label, loss mode, initial logit scale or None for the default)
+# (label, loss mode, training settings beyond the defaults)
 RUNS = (
-    ("triplet", "triplet", None),
-    ("magnet", "magnet", None),
-    ("cosine-softmax", "cosine-softmax", None),
-    ("cosine-softmax (original start)", "cosine-softmax",
-     network_definition.ORIGINAL_LOGIT_SCALE),
+    ("triplet", "triplet", {}),
+    ("magnet", "magnet", {}),
+    ("cosine-softmax", "cosine-softmax", {}),
+    ("cosine-softmax (original)", "cosine-softmax", {"recipe": "original"}),
+    ("cosine-softmax + warm-up", "cosine-softmax",
+     {"warmup_steps": settings.RECIPES["strong"]["warmup_steps"]}),
+    ("cosine-softmax + erasing", "cosine-softmax",
+     {"random_erasing": settings.RECIPES["strong"]["random_erasing"]}),
+    ("cosine-softmax + smoothing", "cosine-softmax",
+     {"label_smoothing": settings.RECIPES["strong"]["label_smoothing"]}),
+    ("cosine-softmax + margin", "cosine-softmax",
+     {"cosine_margin": settings.RECIPES["strong"]["cosine_margin"]}),
+    ("cosine-softmax + BNNeck", "cosine-softmax", {"bnneck": True}),
+    ("cosine-softmax (strong)", "cosine-softmax", {"recipe": "strong"}),
 )
 
 
-def train_and_test(dataset_dir, log_dir, label, loss_mode, scale, args):
+def train_and_test(dataset_dir, log_dir, run_number, label, loss_mode,
+                   chosen, args):
     """Train one run; returns ``(seconds, test summary, first checkpoint)``."""
     values = dict(loss_mode=loss_mode, batch_size=args.batch_size,
                   number_of_steps=args.steps, save_interval_secs=1e9,
-                  save_summaries_secs=1e9, log_interval_secs=60)
-    if scale is not None:
-        values["initial_logit_scale"] = scale
+                  save_summaries_secs=1e9, log_interval_secs=60, **chosen)
     config = settings.TrainConfig(
-        dataset_dir=dataset_dir, log_dir=log_dir,
-        run_id=label.split()[0] + ("-original" if scale else ""), **values)
+        dataset_dir=dataset_dir, log_dir=log_dir, run_id=f"run{run_number}",
+        **values)
     start = time.perf_counter()
     training.train(MARKET1501, config)
     seconds = time.perf_counter() - start
@@ -83,14 +90,14 @@ def main(argv=None):
         dataset_dir = args.dataset_dir or synthetic.write_market1501(
             os.path.join(tmp, "Market-1501-synthetic"))
         untrained = None
-        for label, loss_mode, scale in RUNS:
+        for number, (label, loss_mode, values) in enumerate(RUNS):
             if label not in chosen:
                 continue
             print(f"training {label}: {args.steps} steps of batch "
                   f"{args.batch_size}", flush=True)
             seconds, summary, first = train_and_test(
-                dataset_dir, os.path.join(tmp, "runs"), label, loss_mode,
-                scale, args)
+                dataset_dir, os.path.join(tmp, "runs"), number, label,
+                loss_mode, values, args)
             if untrained is None:  # the initial weights, before any step
                 untrained = _test(dataset_dir, first, "cosine-softmax")
             rows.append((label, seconds, summary))

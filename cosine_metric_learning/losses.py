@@ -21,7 +21,8 @@ from cosine_metric_learning.errors import UsageError
 class LossMode:
     """One ``--loss_mode``.
 
-    ``compute(labels, features, logits)`` returns ``(loss, monitors)``:
+    ``compute(labels, features, logits, label_smoothing=0.0)`` returns
+    ``(loss, monitors)``:
     the scalar loss and a dict of scalars for TensorBoard; ``logits`` is
     None unless ``needs_classifier``. Every mode whose needs are met is
     computed at each step, the ones not trained on as monitors.
@@ -43,10 +44,30 @@ def pairwise_squared_distance(a, b):
     return a2 - 2.0 * tf.matmul(a, b, transpose_b=True) + tf.transpose(b2)
 
 
-def cosine_softmax_loss(labels, logits):
-    """Mean sparse softmax cross-entropy of the cosine-softmax logits."""
-    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(labels, tf.int64), logits=logits))
+def cosine_softmax_loss(labels, logits, label_smoothing=0.0):
+    """Mean softmax cross-entropy of the cosine-softmax logits; with
+    ``label_smoothing`` ε, against targets of ``1 - ε + ε / C`` for the
+    true class and ``ε / C`` for each other of the C classes (Szegedy et
+    al. 2016; Luo et al. 2019's "bag of tricks")."""
+    if not label_smoothing:
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.cast(labels, tf.int64), logits=logits))
+    num_classes = tf.shape(logits)[-1]
+    targets = tf.one_hot(labels, num_classes, dtype=logits.dtype)
+    targets = (1.0 - label_smoothing) * targets + label_smoothing / tf.cast(
+        num_classes, logits.dtype)
+    return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
+        labels=targets, logits=logits))
+
+
+def additive_margin(logits, labels, margin):
+    """The logits with ``margin`` subtracted from each sample's true-class
+    logit only (CosFace, Wang et al. 2018; AM-softmax, Wang et al. 2018):
+    ``s * (cos - m)`` for the true class. ``margin`` is ``s * m``, a scalar
+    or one per sample."""
+    return logits - tf.one_hot(labels, tf.shape(logits)[-1],
+                               dtype=logits.dtype) * tf.reshape(
+        tf.cast(margin, logits.dtype), (-1, 1))
 
 
 def accuracy(labels, logits):
@@ -121,17 +142,17 @@ def magnet_loss(labels, features, margin=1.0, eps=1e-4):
 
 # The registry -----------------------------------------------------------------
 
-def _cosine_softmax(labels, features, logits):
-    return cosine_softmax_loss(labels, logits), {
+def _cosine_softmax(labels, features, logits, label_smoothing=0.0):
+    return cosine_softmax_loss(labels, logits, label_smoothing), {
         "accuracy": accuracy(labels, logits)}
 
 
-def _triplet(labels, features, logits):
+def _triplet(labels, features, logits, **_):
     loss, diagnostics = soft_margin_triplet_loss(labels, features)
     return loss, {f"triplet/{k}": v for k, v in diagnostics.items()}
 
 
-def _magnet(labels, features, logits):
+def _magnet(labels, features, logits, **_):
     return magnet_loss(labels, features), {}
 
 
@@ -150,14 +171,15 @@ def get(name):
     return LOSS_MODES[name]
 
 
-def compute_all(labels, features, logits):
+def compute_all(labels, features, logits, label_smoothing=0.0):
     """Every mode's loss that can be computed: ``({summary_name: loss},
-    monitors)``; with ``logits`` None, the classifier's are left out."""
+    monitors)``; with ``logits`` None, the classifier's are left out.
+    ``label_smoothing`` applies to the classifier's loss."""
     terms, monitors = {}, {}
     for mode in LOSS_MODES.values():
         if mode.needs_classifier and logits is None:
             continue
-        terms[mode.summary_name], more = mode.compute(labels, features,
-                                                      logits)
+        terms[mode.summary_name], more = mode.compute(
+            labels, features, logits, label_smoothing=label_smoothing)
         monitors.update(more)
     return terms, monitors

@@ -8,13 +8,58 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from cosine_metric_learning import losses
+from cosine_metric_learning import losses, preprocessing
 from cosine_metric_learning import summaries as summaries_lib
 from cosine_metric_learning.nets.deep_sort import network_definition
 
 # --mixed_precision -> Keras dtype policy of the network's layers
 MIXED_PRECISION_POLICIES = {"none": "float32", "bf16": "mixed_bfloat16",
                             "fp16": "mixed_float16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Tricks:
+    """Training options beyond the original's, each off at its default
+    (the recipes of ``settings.RECIPES`` set them).
+
+    Attributes
+    ----------
+    warmup_steps : int
+        The learning rate rises linearly from a tenth of its value to it
+        over these steps (:class:`WarmUp`).
+    random_erasing : float
+        The probability that a training image gets a rectangle of noise
+        (:func:`preprocessing.random_erasing`).
+    label_smoothing : float
+        ε of the cosine-softmax's smoothed targets
+        (:func:`losses.cosine_softmax_loss`).
+    cosine_margin : float
+        m subtracted from the true class's cosine before the scale
+        (:func:`losses.additive_margin`).
+    """
+    warmup_steps: int = 0
+    random_erasing: float = 0.0
+    label_smoothing: float = 0.0
+    cosine_margin: float = 0.0
+
+
+@keras.saving.register_keras_serializable("cosine_metric_learning")
+class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
+    """``learning_rate * (0.1 + 0.9 * step / warmup_steps)`` for the first
+    ``warmup_steps`` steps, then ``learning_rate`` (Goyal et al. 2017; Luo
+    et al. 2019 warm up from a tenth)."""
+
+    def __init__(self, learning_rate, warmup_steps):
+        self.learning_rate = float(learning_rate)
+        self.warmup_steps = int(warmup_steps)
+
+    def __call__(self, step):
+        fraction = tf.cast(step, tf.float32) / float(self.warmup_steps)
+        return self.learning_rate * tf.minimum(1.0, 0.1 + 0.9 * fraction)
+
+    def get_config(self):
+        return {"learning_rate": self.learning_rate,
+                "warmup_steps": self.warmup_steps}
 
 
 @dataclasses.dataclass
@@ -74,9 +119,12 @@ def create_model(dataset, loss_mode, mixed_precision="none",
     return TrainingModel(encoder, activations, classifier)
 
 
-def create_optimizer(learning_rate, mixed_precision="none"):
-    """Adam with TF1's defaults (epsilon 1e-8, not Keras' 1e-7); with fp16,
-    wrapped in dynamic loss scaling."""
+def create_optimizer(learning_rate, mixed_precision="none", warmup_steps=0):
+    """Adam with TF1's defaults (epsilon 1e-8, not Keras' 1e-7), the
+    learning rate warmed up over ``warmup_steps`` (:class:`WarmUp`); with
+    fp16, wrapped in dynamic loss scaling."""
+    if warmup_steps:
+        learning_rate = WarmUp(learning_rate, warmup_steps)
     optimizer = keras.optimizers.Adam(learning_rate=learning_rate,
                                       beta_1=0.9, beta_2=0.999, epsilon=1e-8)
     if mixed_precision == "fp16":
@@ -84,8 +132,11 @@ def create_optimizer(learning_rate, mixed_precision="none"):
     return optimizer
 
 
-def make_train_step(model, optimizer, loss_mode, step, summaries=False):
+def make_train_step(model, optimizer, loss_mode, step, summaries=False,
+                    tricks=Tricks()):
     """One optimisation step on a batch; wrap it in a ``tf.function``.
+    ``tricks`` (:class:`Tricks`) adds random erasing to the images, the
+    margin to the logits and the smoothing to the cosine-softmax loss.
 
     Returns
     -------
@@ -102,6 +153,9 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False):
     trained = losses.get(loss_mode).summary_name
 
     def step_fn(images, labels):
+        if tricks.random_erasing:
+            images, _ = preprocessing.random_erasing(images,
+                                                     tricks.random_erasing)
         with tf.GradientTape() as tape:
             if summaries:
                 features, activations = model.activation_model(
@@ -111,7 +165,15 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False):
             logits = None
             if model.classifier is not None:
                 logits = model.classifier(features, training=True)
-            terms, metrics = losses.compute_all(labels, features, logits)
+                if tricks.cosine_margin:
+                    scale = tf.nn.softplus(
+                        model.classifier.get_layer("ball").scale)
+                    if scale.shape.rank:  # a scale per class
+                        scale = tf.gather(scale, labels)
+                    logits = losses.additive_margin(
+                        logits, labels, tricks.cosine_margin * scale)
+            terms, metrics = losses.compute_all(labels, features, logits,
+                                                tricks.label_smoothing)
             if model.classifier is not None:
                 # the mean where the network has a scale per class
                 metrics["scale"] = tf.reduce_mean(tf.nn.softplus(

@@ -6,6 +6,7 @@ SORT feeds OpenCV's BGR frames to the exported encoder).
 """
 
 import functools
+import math
 
 import numpy as np
 import tensorflow as tf
@@ -127,3 +128,47 @@ def unreadable_files(filenames, image_shape):
         except (tf.errors.OpError, ValueError) as e:
             bad[index] = e
     return bad
+
+
+# random erasing (Zhong et al. 2020): the share of the image a rectangle
+# covers and its aspect ratio (height / width, drawn log-uniformly)
+ERASING_AREA = (0.02, 0.4)
+ERASING_ASPECT = (0.3, 1 / 0.3)
+
+
+def random_erasing(images, probability):
+    """Each of the float images ``(N, H, W, C)`` has, with
+    ``probability``, one rectangle inside it replaced by uniform noise in
+    [0, 1] (Zhong et al., "Random Erasing Data Augmentation", AAAI 2020).
+
+    The rectangle covers :data:`ERASING_AREA` of the image at an aspect
+    ratio in :data:`ERASING_ASPECT`, shrunk to fit the image, at a
+    uniformly drawn place where it fits whole. Returns ``(images, mask)``:
+    the erased pixels are where ``mask`` (N, H, W) is True.
+    """
+    shape = tf.shape(images)
+    n = shape[0]
+    h, w = tf.cast(shape[1], tf.float32), tf.cast(shape[2], tf.float32)
+
+    def uniform(low=0.0, high=1.0):
+        return tf.random.uniform((n,), low, high)
+
+    area = uniform(*ERASING_AREA) * h * w
+    aspect = tf.exp(uniform(math.log(ERASING_ASPECT[0]),
+                            math.log(ERASING_ASPECT[1])))
+    eh = tf.clip_by_value(tf.round(tf.sqrt(area * aspect)), 1.0, h)
+    ew = tf.clip_by_value(tf.round(tf.sqrt(area / aspect)), 1.0, w)
+    top = tf.minimum(tf.floor(uniform() * (h - eh + 1.0)), h - eh)
+    left = tf.minimum(tf.floor(uniform() * (w - ew + 1.0)), w - ew)
+    erase = uniform() < probability
+    rows = tf.range(h)[None, :, None]
+    cols = tf.range(w)[None, None, :]
+
+    def column(v):
+        return v[:, None, None]
+
+    mask = ((rows >= column(top)) & (rows < column(top + eh))
+            & (cols >= column(left)) & (cols < column(left + ew))
+            & column(erase))
+    noise = tf.random.uniform(shape, dtype=images.dtype)
+    return tf.where(mask[..., None], noise, images), mask

@@ -19,7 +19,7 @@ from cosine_metric_learning import image_cache, kit_features, losses
 from cosine_metric_learning import queued_trainer
 from cosine_metric_learning import rerank as rerank_lib
 from cosine_metric_learning.errors import UsageError
-from cosine_metric_learning.model import MIXED_PRECISION_POLICIES
+from cosine_metric_learning.model import MIXED_PRECISION_POLICIES, Tricks
 from cosine_metric_learning.nets.deep_sort import network_definition
 
 
@@ -39,6 +39,10 @@ def _not_negative(value):
 
 def _fraction(value):
     return None if 0.0 <= value < 1.0 else "expected a number in [0, 1)"
+
+
+def _in_unit_interval(value):
+    return None if 0.0 <= value <= 1.0 else "expected a number in [0, 1]"
 
 
 def _one_of(choices):
@@ -131,17 +135,63 @@ class RunConfig(Config):
         _optional(_at_least_1, "to train until stopped"))
 
 
+# What each --recipe sets; a flag given on the command line wins.
+# baseline: this project's default since its start; original: the
+# original's numerics; strong: the tricks the learning benchmark found
+# best (benchmarks/learning.py).
+RECIPE_DEFAULTS = {
+    "initial_logit_scale": network_definition.DEFAULT_LOGIT_SCALE,
+    "warmup_steps": 0, "random_erasing": 0.0, "label_smoothing": 0.0,
+    "cosine_margin": 0.0, "bnneck": False}
+RECIPES = {
+    "original": {"initial_logit_scale":
+                 network_definition.ORIGINAL_LOGIT_SCALE},
+    "baseline": {},
+    "strong": {"warmup_steps": 100, "random_erasing": 0.5,
+               "label_smoothing": 0.1, "cosine_margin": 0.1,
+               "bnneck": True},
+}
+
+
 @dataclasses.dataclass
 class TrainConfig(RunConfig):
     """Training settings; the flags map one to one onto these fields."""
     images_per_id: int = setting(
         4, "Images of each identity in a training batch.", _at_least_1)
     learning_rate: float = setting(1e-3, "Adam learning rate.", _positive)
-    initial_logit_scale: float = setting(
-        network_definition.DEFAULT_LOGIT_SCALE,
-        "cosine-softmax: the classifier's logit scale, softplus(scale), "
-        "before training; 0.6931 (softplus(0)) is the original's, which "
-        "learns little in the first thousands of steps.", _positive)
+    recipe: str = setting(
+        "baseline", "Sets the settings below that are not given: original "
+        "(the original's numerics: --initial_logit_scale=0.6931), baseline "
+        "(none of the tricks), strong (warm-up, random erasing, label "
+        "smoothing, a cosine margin and a BNNeck; see docs/training.md).",
+        _one_of(RECIPES))
+    initial_logit_scale: Optional[float] = setting(
+        None, "cosine-softmax: the classifier's logit scale, "
+        "softplus(scale), before training; 0.6931 (softplus(0)) is the "
+        "original's, which learns little in the first thousands of steps "
+        f"(default: the recipe's; baseline "
+        f"{network_definition.DEFAULT_LOGIT_SCALE:g}).",
+        _optional(_positive, "for the recipe's"))
+    warmup_steps: Optional[int] = setting(
+        None, "Raise the learning rate linearly from a tenth of it over "
+        "these steps; 0: none (default: the recipe's).",
+        _optional(_not_negative, "for the recipe's"))
+    random_erasing: Optional[float] = setting(
+        None, "The probability that a training image gets a rectangle of "
+        "noise (Zhong et al. 2020); 0: none (default: the recipe's).",
+        _optional(_in_unit_interval, "for the recipe's"))
+    label_smoothing: Optional[float] = setting(
+        None, "cosine-softmax: smooth the targets by this much (Szegedy et "
+        "al. 2016); 0: none (default: the recipe's).",
+        _optional(_fraction, "for the recipe's"))
+    cosine_margin: Optional[float] = setting(
+        None, "cosine-softmax: subtract this from the true class's cosine "
+        "(CosFace, AM-softmax 2018); 0: none (default: the recipe's).",
+        _optional(_fraction, "for the recipe's"))
+    bnneck: Optional[bool] = setting(
+        None, "A new run of the paper's network gets a batch norm before "
+        "the features' normalisation (a BNNeck, Luo et al. 2019; the "
+        "features stay unit-length 128-d); default: the recipe's.")
     restore_classifier: bool = setting(
         True, "With --restore_path, also restore the classifier; "
         "--norestore_classifier fine-tunes on other identities.")
@@ -179,6 +229,21 @@ class TrainConfig(RunConfig):
     devices: Optional[str] = setting(
         None, "mirrored: comma-separated devices, e.g. /gpu:0,/gpu:1; "
         "default: all GPUs (else the CPU).")
+
+    @property
+    def recipe_settings(self):
+        """The settings of :data:`RECIPE_DEFAULTS` this run trains with:
+        those given, else the recipe's, else the baseline's."""
+        given = {k: getattr(self, k) for k in RECIPE_DEFAULTS
+                 if getattr(self, k) is not None}
+        return {**RECIPE_DEFAULTS, **RECIPES[self.recipe], **given}
+
+    @property
+    def tricks(self):
+        """The :class:`model.Tricks` of :attr:`recipe_settings`."""
+        values = self.recipe_settings
+        return Tricks(**{f.name: values[f.name]
+                         for f in dataclasses.fields(Tricks)})
 
     def validate(self):
         super().validate()

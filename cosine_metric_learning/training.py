@@ -29,6 +29,7 @@ from cosine_metric_learning import summaries
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.datasets import util as dataset_util
+from cosine_metric_learning.nets.deep_sort import network_definition
 
 
 @dataclasses.dataclass
@@ -125,9 +126,11 @@ def prepare_run_dir(dataset, config, chief):
         raise UsageError(f"--log_dir={config.log_dir}: {config.run_dir} is "
                          "not writable")
     if not _continues_recorded_run(dataset, config) and chief:
-        run_settings.record(config.run_dir, run_settings.settings(
-            dataset.name, config.loss_mode, dataset.image_shape,
-            dataset.network))
+        run_settings.record(config.run_dir, {
+            **run_settings.settings(dataset.name, config.loss_mode,
+                                    dataset.image_shape, dataset.network),
+            "recipe": config.recipe,
+            "recipe_settings": config.recipe_settings})
     if dataset.label_names is not None:
         path = run_settings.write_label_map(config.run_dir,
                                             dataset.label_names,
@@ -147,9 +150,10 @@ class _Run:
         with strategy.scope():
             self.model = model_lib.create_model(
                 dataset, config.loss_mode, config.mixed_precision,
-                config.initial_logit_scale)
+                config.recipe_settings["initial_logit_scale"])
             self.optimizer = model_lib.create_optimizer(
-                config.learning_rate, config.mixed_precision)
+                config.learning_rate, config.mixed_precision,
+                config.tricks.warmup_steps)
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="global_step",
@@ -192,7 +196,7 @@ class _Run:
     def _distributed_step(self, summaries):
         step_fn = model_lib.make_train_step(self.model, self.optimizer,
                                             self.config.loss_mode, self.step,
-                                            summaries)
+                                            summaries, self.config.tricks)
         strategy, trainer, size = self.strategy, self.trainer, \
             self.per_replica
 
@@ -273,11 +277,16 @@ class _Run:
             logging.warning("%s", warning)
         if summary:
             summaries.write_summaries(self.writer, current, result, {
-                "learning_rate": config.learning_rate,
+                "learning_rate": self.learning_rate(),
                 "queue/fill_fraction": queue_fill, **feed_scalars,
                 "performance/images_per_second": rate * config.batch_size,
                 "input/unreadable_images": len(self.trainer.unreadable)},
                 self.model.encoder.get_layer("conv1_1").kernel)
+
+    def learning_rate(self):
+        """The optimizer's learning rate now (warm-up included)."""
+        rate = self.optimizer.learning_rate
+        return float(rate.numpy() if hasattr(rate, "numpy") else rate)
 
     def close(self):
         self.writer.close()
@@ -333,6 +342,26 @@ def _loop(run, stop):
                  if stop.received else "end of training")
 
 
+def network_of_run(dataset, config):
+    """The dataset with the network a new run trains: ``--bnneck`` (or
+    its recipe's) turns the paper's into ``deep_sort_bnneck``. A run
+    that continues, or starts from a model of another network, keeps its
+    network; asking for a BNNeck there is one line."""
+    if not config.recipe_settings["bnneck"]:
+        return dataset
+    bnneck = network_definition.DEEP_SORT_BNNECK.name
+    if dataset.network == network_definition.DEEP_SORT.name and not (
+            config.restore_path or tf.train.get_checkpoint_state(
+                config.run_dir)):
+        return dataclasses.replace(dataset, network=bnneck)
+    if dataset.network != bnneck:
+        raise UsageError(
+            f"--bnneck: the network is {dataset.network} (the run's, or the "
+            "model's it starts from), which has no BNNeck; train a new run "
+            "without --restore_path, or pass --nobnneck")
+    return dataset
+
+
 def train(dataset, config):
     """Train until ``number_of_steps`` or a stop signal.
 
@@ -345,6 +374,7 @@ def train(dataset, config):
     TrainResult
     """
     config.validate()
+    dataset = network_of_run(dataset, config)
     strategy = distribute.create_strategy(config.strategy, config.devices)
     replicas = strategy.num_replicas_in_sync
     distribute.check_batch_split(config.batch_size, config.images_per_id,

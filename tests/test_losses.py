@@ -30,6 +30,41 @@ def test_cosine_softmax_loss_and_accuracy_match_numpy():
     assert float(losses.accuracy(labels, logits)) == pytest.approx(0.5)
 
 
+def test_label_smoothing_spreads_the_targets_and_sums_to_one():
+    logits = np.array([[2.0, 0.5, -1.0, 0.0], [0.1, 0.2, 3.0, 1.0]],
+                      np.float32)
+    labels = np.array([0, 2], np.int64)
+    eps, classes = 0.1, 4
+    targets = np.full((2, classes), eps / classes)
+    targets[np.arange(2), labels] += 1 - eps
+    np.testing.assert_allclose(targets.sum(axis=1), 1.0)
+    log_prob = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    expected = -np.mean((targets * log_prob).sum(axis=1))
+    np.testing.assert_allclose(
+        float(losses.cosine_softmax_loss(labels, logits, eps)), expected,
+        rtol=1e-6)
+    # no smoothing: the plain cross-entropy of the true class
+    np.testing.assert_allclose(
+        float(losses.cosine_softmax_loss(labels, logits, 0.0)),
+        -np.mean(log_prob[np.arange(2), labels]), rtol=1e-6)
+
+
+def test_the_margin_lowers_the_true_class_logit_only():
+    logits = np.array([[2.0, 0.5, -1.0], [0.1, 0.2, 3.0]], np.float32)
+    labels = np.array([1, 2], np.int64)
+    # s * m per sample (a scale per class gathered by label), or one
+    margins = np.array([0.3, 0.5], np.float32)
+    result = losses.additive_margin(logits, labels, margins).numpy()
+    expected = logits.copy()
+    expected[0, 1] -= 0.3
+    expected[1, 2] -= 0.5
+    np.testing.assert_allclose(result, expected, rtol=1e-6)
+    scalar = losses.additive_margin(logits, labels, 0.25).numpy()
+    assert (scalar != logits).sum() == 2
+    np.testing.assert_allclose(scalar[[0, 1], [1, 2]],
+                               logits[[0, 1], [1, 2]] - 0.25, rtol=1e-6)
+
+
 def test_triplet_loss_on_points_worked_out_by_hand():
     # Two identities on a line: A at 0 and 1, B at 3 and 6.
     features = np.array([[0.0], [1.0], [3.0], [6.0]], np.float32)

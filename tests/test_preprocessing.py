@@ -108,3 +108,31 @@ def test_resize_is_bilinear_with_half_pixel_centres():
         np.testing.assert_array_equal(batch[0], got)
     np.testing.assert_array_equal(preprocessing.resize(image, (37, 23)),
                                   image)
+
+
+def test_random_erasing_puts_one_rectangle_inside_each_chosen_image():
+    tf.random.set_seed(3)
+    images = tf.random.uniform((400, 128, 64, 3), seed=1)
+    erased, mask = preprocessing.random_erasing(images, 0.5)
+    erased, mask, images = erased.numpy(), mask.numpy(), images.numpy()
+    chosen = mask.any(axis=(1, 2))
+    # about half the images (binomial: 0.5 +- 0.025), the rest untouched
+    assert 0.35 < chosen.mean() < 0.65
+    np.testing.assert_array_equal(erased[~mask], images[~mask])
+    low, high = preprocessing.ERASING_AREA
+    for m in mask[chosen]:
+        rows, cols = m.any(axis=1), m.any(axis=0)
+        # one rectangle: the outer product of its rows and columns
+        np.testing.assert_array_equal(m, rows[:, None] & cols[None, :])
+        for line in (rows, cols):  # contiguous, hence inside the image
+            ends = np.flatnonzero(np.diff(np.r_[0, line.astype(int), 0]))
+            assert len(ends) == 2
+        # its area: shrunk to fit the 64-pixel width, never larger
+        assert 0.5 * low <= m.mean() <= high + 0.01
+    # the erased pixels are noise in [0, 1], not the images'
+    values = erased[mask]
+    assert 0 <= values.min() and values.max() <= 1
+    assert abs(values.mean() - 0.5) < 0.01
+    none, mask = preprocessing.random_erasing(tf.constant(images[:8]), 0.0)
+    assert not mask.numpy().any()
+    np.testing.assert_array_equal(none.numpy(), images[:8])

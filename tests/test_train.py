@@ -1,13 +1,17 @@
 """End-to-end training on synthetic data: checkpoints, summaries, resuming."""
 
+import json
 import os
 import re
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from cosine_metric_learning import checkpoints, losses, summaries, training
+from cosine_metric_learning import checkpoints, losses, settings, summaries
+from cosine_metric_learning import training
+from cosine_metric_learning import model as model_lib
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.datasets import market1501, mars
 from cosine_metric_learning.datasets.spec import DatasetSpec
@@ -115,7 +119,6 @@ def _check_images_and_histograms(acc, batch_size):
 def test_only_a_summary_step_returns_images_and_activations(market_dir):
     """An ordinary step returns its scalars only; the summary step a few
     images and a sample of each activation, drawn from all of its values."""
-    from cosine_metric_learning import model as model_lib
     model = model_lib.create_model(MARKET, "cosine-softmax")
     optimizer = model_lib.create_optimizer(1e-3)
     step = tf.Variable(0, dtype=tf.int64)
@@ -132,6 +135,88 @@ def test_only_a_summary_step_returns_images_and_activations(market_dir):
         size = 16 * int(np.prod(model.encoder.get_layer(name).output.shape[1:]))
         assert values.shape == (min(size, summaries.HISTOGRAM_VALUES),), name
     assert int(step.numpy()) == 2
+
+
+def test_the_warm_up_rises_linearly_from_a_tenth():
+    schedule = model_lib.WarmUp(1e-3, 10)
+    values = [float(schedule(step)) for step in (0, 5, 10, 11, 1000)]
+    np.testing.assert_allclose(values, [1e-4, 5.5e-4, 1e-3, 1e-3, 1e-3],
+                               rtol=1e-6)
+    optimizer = model_lib.create_optimizer(1e-3, warmup_steps=10)
+    assert float(optimizer.learning_rate) == pytest.approx(1e-4)
+
+
+def test_recipes_set_what_is_not_given():
+    base = dict(dataset_dir="d", log_dir="l")
+    baseline = settings.TrainConfig(**base)
+    assert baseline.recipe == "baseline"
+    assert baseline.recipe_settings == settings.RECIPE_DEFAULTS
+    assert baseline.tricks == model_lib.Tricks()
+    original = settings.TrainConfig(recipe="original", **base)
+    assert original.recipe_settings["initial_logit_scale"] == \
+        pytest.approx(network_definition.ORIGINAL_LOGIT_SCALE)
+    assert original.tricks == model_lib.Tricks()
+    strong = settings.TrainConfig(recipe="strong", label_smoothing=0.0,
+                                  **base)
+    expected = {**settings.RECIPE_DEFAULTS, **settings.RECIPES["strong"],
+                "label_smoothing": 0.0}  # the flag given wins
+    assert strong.recipe_settings == expected
+    assert strong.tricks.warmup_steps == expected["warmup_steps"] > 0
+    for bad, message in ((dict(recipe="fancy"), "--recipe=fancy: expected "
+                          "one of original, baseline, strong"),
+                         (dict(random_erasing=1.5), "--random_erasing=1.5"),
+                         (dict(cosine_margin=-0.1), "--cosine_margin=-0.1"),
+                         (dict(warmup_steps=-1), "--warmup_steps=-1")):
+        with pytest.raises(UsageError, match=re.escape(message)):
+            settings.TrainConfig(**bad, **base).validate()
+
+
+def test_a_step_with_every_trick(market_dir):
+    """Erasing, margin and smoothing in one step: finite, and the margin
+    and smoothing raise the loss on the same weights and batch."""
+    tf.random.set_seed(0)
+    images = tf.random.uniform((16, 128, 64, 3), seed=1)
+    labels = tf.constant(np.repeat(np.arange(4), 4), tf.int64)
+    losses_of = {}
+    every = model_lib.Tricks(random_erasing=0.5, label_smoothing=0.1,
+                             cosine_margin=0.2)
+    for name, tricks in (("none", model_lib.Tricks()), ("all", every)):
+        keras.utils.set_random_seed(0)
+        model = model_lib.create_model(MARKET, "cosine-softmax")
+        optimizer = model_lib.create_optimizer(1e-3, warmup_steps=5)
+        step = tf.Variable(0, dtype=tf.int64)
+        result = tf.function(model_lib.make_train_step(
+            model, optimizer, "cosine-softmax", step, tricks=tricks))(
+                images, labels)
+        losses_of[name] = float(
+            result["scalars"]["losses/cosine_softmax_loss"])
+    assert np.isfinite(list(losses_of.values())).all()
+    assert losses_of["all"] > losses_of["none"]
+
+
+def test_the_strong_recipe_trains_a_bnneck_the_run_records(market_dir,
+                                                            tmp_path):
+    config = _config(market_dir, tmp_path, run_id="strong", recipe="strong",
+                     warmup_steps=2, number_of_steps=2)
+    result = training.train(MARKET, config)
+    assert result.step == 2
+    recorded = json.loads((tmp_path / "strong" / "run.json").read_text())
+    assert recorded["recipe"] == "strong"
+    assert recorded["recipe_settings"] == {
+        **settings.RECIPE_DEFAULTS, **settings.RECIPES["strong"],
+        "warmup_steps": 2}
+    assert recorded["network"] == "deep_sort_bnneck"
+    encoder, _ = checkpoints.load_encoder(config.run_dir)
+    assert "ball_bn" in [layer.name for layer in encoder.layers]
+    features = encoder(tf.random.uniform((4, 128, 64, 3)), training=False)
+    assert features.shape == (4, 128)
+    np.testing.assert_allclose(np.linalg.norm(features, axis=1), 1.0,
+                               rtol=1e-5)
+    # the run continues as it began; it cannot drop or gain the BNNeck
+    with pytest.raises(UsageError, match="--bnneck: the network is deep_sort"):
+        training.train(MARKET, _config(market_dir, tmp_path, run_id="run2",
+                                       bnneck=True, restore_path=str(
+                                           tmp_path / "plain")))
 
 
 def test_a_histogram_sample_follows_the_values_it_is_drawn_from():

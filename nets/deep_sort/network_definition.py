@@ -5,9 +5,10 @@ The encoder maps preprocessed float images (values in [0, 1], RGB) of shape
 a separate model so a checkpoint stores ``encoder`` and ``classifier`` apart
 and the classifier can be left out when fine-tuning on other identities.
 
-Two networks (:data:`NETWORKS`): ``deep_sort``, the paper's, which this
-project trains; and ``mars_small128``, the earlier one of Deep SORT's
-published model, configured by what differs (:class:`Network`). Both take
+The networks (:data:`NETWORKS`): ``deep_sort``, the paper's, which this
+project trains (``deep_sort_bnneck`` with ``--bnneck``); and
+``mars_small128``, the earlier one of Deep SORT's published model,
+configured by what differs (:class:`Network`). Both take
 images in [0, 1]; the release's network scales them to [0, 255] itself.
 """
 
@@ -66,11 +67,14 @@ class Network:
 
 
 DEEP_SORT = Network("deep_sort")
+# the paper's with a batch norm before the normalisation (a "BNNeck",
+# Luo et al. 2019): --bnneck
+DEEP_SORT_BNNECK = Network("deep_sort_bnneck", ball_batch_norm=True)
 # Deep SORT's mars-small128 (resources/networks/): trained on MARS
 MARS_SMALL128 = Network("mars_small128", pool1_padding="valid",
                         ball_batch_norm=True, normalisation_epsilon=1e-8,
                         per_class_scale=True, input_scale=255.0)
-NETWORKS = {n.name: n for n in (DEEP_SORT, MARS_SMALL128)}
+NETWORKS = {n.name: n for n in (DEEP_SORT, DEEP_SORT_BNNECK, MARS_SMALL128)}
 
 
 def get_network(name):

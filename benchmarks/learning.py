@@ -16,9 +16,12 @@ About 5 minutes per run on two CPU cores at the defaults.
 import argparse
 import contextlib
 import io
+import json
 import os
 import tempfile
 import time
+
+import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -70,14 +73,29 @@ def _test(dataset_dir, restore_path, loss_mode):
                                  loss_mode)
 
 
+METRICS = ("rank-1", "mAP", "mINP")
+
+
+def _spread(values):
+    """``mean`` or ``mean +- sd`` (percent) of a run's repeats."""
+    values = 100 * np.asarray(values)
+    if len(values) == 1:
+        return f"{values[0]:5.1f}"
+    return f"{values.mean():5.1f} +- {values.std(ddof=1):4.1f}"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of each configuration (training is not "
+                        "seeded: the spread is the runs')")
     parser.add_argument("--dataset_dir", help="a Market-1501 layout "
                         "(default: a synthetic one, 300 + 100 identities)")
     parser.add_argument("--runs", default=",".join(r[0] for r in RUNS),
                         help="comma-separated labels of the runs to make")
+    parser.add_argument("--output_json", help="write every run's numbers")
     args = parser.parse_args(argv)
     logging.set_verbosity(logging.INFO)  # the runs' progress lines
     chosen = args.runs.split(",")
@@ -85,36 +103,45 @@ def main(argv=None):
     if unknown:
         parser.error(f"--runs: unknown {sorted(unknown)}; expected labels "
                      f"from {[r[0] for r in RUNS]}")
-    rows = []
+    results = {}  # label -> [(seconds, summary)] per repeat
     with tempfile.TemporaryDirectory() as tmp:
         dataset_dir = args.dataset_dir or synthetic.write_market1501(
             os.path.join(tmp, "Market-1501-synthetic"))
         untrained = None
-        for number, (label, loss_mode, values) in enumerate(RUNS):
-            if label not in chosen:
-                continue
-            print(f"training {label}: {args.steps} steps of batch "
-                  f"{args.batch_size}", flush=True)
-            seconds, summary, first = train_and_test(
-                dataset_dir, os.path.join(tmp, "runs"), number, label,
-                loss_mode, values, args)
-            if untrained is None:  # the initial weights, before any step
-                untrained = _test(dataset_dir, first, "cosine-softmax")
-            rows.append((label, seconds, summary))
+        for repeat in range(args.repeats):
+            for number, (label, loss_mode, values) in enumerate(RUNS):
+                if label not in chosen:
+                    continue
+                print(f"training {label} ({repeat + 1} of {args.repeats}): "
+                      f"{args.steps} steps of batch {args.batch_size}",
+                      flush=True)
+                seconds, summary, first = train_and_test(
+                    dataset_dir, os.path.join(tmp, "runs"),
+                    f"{number}_{repeat}", label, loss_mode, values, args)
+                if untrained is None:  # the initial weights, before a step
+                    untrained = _test(dataset_dir, first, "cosine-softmax")
+                results.setdefault(label, []).append((seconds, summary))
     print(f"\nMarket-1501 layout, {args.steps} steps of batch "
           f"{args.batch_size}, test split (unseen identities), "
-          f"{os.cpu_count()} CPU cores")
-    print(f"{'run':32s} {'train s':>8s} {'rank-1':>7s} {'mAP':>7s} "
-          f"{'rank-1 / triplet':>17s}")
-    triplet = next((s["rank-1"] for label, _, s in rows
-                    if label == "triplet"), None)
-    print(f"{'untrained':32s} {'':8s} {100 * untrained['rank-1']:6.1f}% "
-          f"{100 * untrained['mAP']:6.1f}%")
-    for label, seconds, summary in rows:
-        ratio = (f"{summary['rank-1'] / triplet:17.2f}"
-                 if triplet else f"{'':17s}")
-        print(f"{label:32s} {seconds:8.0f} {100 * summary['rank-1']:6.1f}% "
-              f"{100 * summary['mAP']:6.1f}% {ratio}")
+          f"{os.cpu_count()} CPU cores, {args.repeats} run(s) each")
+    width = 13 if args.repeats > 1 else 6
+    print(f"{'run':32s} {'train s':>8s} " + " ".join(
+        f"{m:>{width}s}" for m in METRICS))
+    print(f"{'untrained':32s} {'':8s} " + " ".join(
+        f"{_spread([untrained[m]]):>{width}s}" for m in METRICS))
+    for label, runs in results.items():
+        seconds = np.mean([s for s, _ in runs])
+        print(f"{label:32s} {seconds:8.0f} " + " ".join(
+            f"{_spread([summary[m] for _, summary in runs]):>{width}s}"
+            for m in METRICS))
+    if args.output_json:
+        with open(args.output_json, "w") as f:
+            json.dump({"settings": vars(args), "untrained": {
+                m: untrained[m] for m in METRICS}, "runs": {
+                label: [{"seconds": seconds, **{m: summary[m]
+                                                for m in METRICS}}
+                        for seconds, summary in runs]
+                for label, runs in results.items()}}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,12 @@ def setting(default, help, check=None):
                              metadata={"help": help, "check": check})
 
 
+def recipe_setting(help, check=None):
+    """A setting whose default is the ``--recipe``'s (:data:`RECIPES`)."""
+    return setting(None, f"{help} (default: the recipe's).",
+                   check and _optional(check, "for the recipe's"))
+
+
 def choices(field):
     """The allowed values of an enum setting, else None."""
     return getattr(field.metadata.get("check"), "choices", None)
@@ -165,33 +171,27 @@ class TrainConfig(RunConfig):
         "(none of the tricks), strong (warm-up, random erasing, label "
         "smoothing, a cosine margin and a BNNeck; see docs/training.md).",
         _one_of(RECIPES))
-    initial_logit_scale: Optional[float] = setting(
-        None, "cosine-softmax: the classifier's logit scale, "
-        "softplus(scale), before training; 0.6931 (softplus(0)) is the "
-        "original's, which learns little in the first thousands of steps "
-        f"(default: the recipe's; baseline "
-        f"{network_definition.DEFAULT_LOGIT_SCALE:g}).",
-        _optional(_positive, "for the recipe's"))
-    warmup_steps: Optional[int] = setting(
-        None, "Raise the learning rate linearly from a tenth of it over "
-        "these steps; 0: none (default: the recipe's).",
-        _optional(_not_negative, "for the recipe's"))
-    random_erasing: Optional[float] = setting(
-        None, "The probability that a training image gets a rectangle of "
-        "noise (Zhong et al. 2020); 0: none (default: the recipe's).",
-        _optional(_in_unit_interval, "for the recipe's"))
-    label_smoothing: Optional[float] = setting(
-        None, "cosine-softmax: smooth the targets by this much (Szegedy et "
-        "al. 2016); 0: none (default: the recipe's).",
-        _optional(_fraction, "for the recipe's"))
-    cosine_margin: Optional[float] = setting(
-        None, "cosine-softmax: subtract this from the true class's cosine "
-        "(CosFace, AM-softmax 2018); 0: none (default: the recipe's).",
-        _optional(_fraction, "for the recipe's"))
-    bnneck: Optional[bool] = setting(
-        None, "A new run of the paper's network gets a batch norm before "
-        "the features' normalisation (a BNNeck, Luo et al. 2019; the "
-        "features stay unit-length 128-d); default: the recipe's.")
+    initial_logit_scale: Optional[float] = recipe_setting(
+        "cosine-softmax: the classifier's logit scale, softplus(scale), "
+        "before training; 0.6931 (softplus(0)) is the original's, which "
+        "learns little in the first thousands of steps; baseline: "
+        f"{network_definition.DEFAULT_LOGIT_SCALE:g}", _positive)
+    warmup_steps: Optional[int] = recipe_setting(
+        "Raise the learning rate linearly from a tenth of it over these "
+        "steps; 0: none", _not_negative)
+    random_erasing: Optional[float] = recipe_setting(
+        "The probability that a training image gets a rectangle of noise "
+        "(Zhong et al. 2020); 0: none", _in_unit_interval)
+    label_smoothing: Optional[float] = recipe_setting(
+        "cosine-softmax: smooth the targets by this much (Szegedy et al. "
+        "2016); 0: none", _fraction)
+    cosine_margin: Optional[float] = recipe_setting(
+        "cosine-softmax: subtract this from the true class's cosine "
+        "(CosFace, AM-softmax 2018); 0: none", _fraction)
+    bnneck: Optional[bool] = recipe_setting(
+        "A new run of the paper's network gets a batch norm before the "
+        "features' normalisation (a BNNeck, Luo et al. 2019; the features "
+        "stay unit-length 128-d)")
     restore_classifier: bool = setting(
         True, "With --restore_path, also restore the classifier; "
         "--norestore_classifier fine-tunes on other identities.")

@@ -162,6 +162,11 @@ def _check_shape(path, shape, dtype="uint8"):
     """The model's ``(H, W, 3)``; ArgumentError unless it takes uint8
     NHWC."""
     shape = tuple(shape)
+    if dtype == "float" and len(shape) == 3 and shape[0] == 3:
+        raise ArgumentError("path", path, "its input is float (N, 3, H, W), "
+                            "BoxMOT's layout (--layout=boxmot): load it in "
+                            "BoxMOT; this project's encoder takes the "
+                            "default layout's exports")
     if (dtype != "uint8" or len(shape) != 3 or shape[2] != 3 or
             not all(isinstance(d, int) and d > 0 for d in shape)):
         raise ArgumentError("path", path, f"its input is {dtype} (N,) + "

@@ -64,6 +64,23 @@ EXPORTERS = {
 # the modes that take --int8, and the package that quantises
 INT8_QUANTISERS = {Mode.ONNX: "onnxruntime", Mode.OPENVINO: "nncf",
                    Mode.TFLITE: "tensorflow"}
+# the modes that take --layout (all of INT8_QUANTISERS')
+LAYOUT_MODES = tuple(INT8_QUANTISERS)
+# substrings of a file name from which BoxMOT guesses a model's input size
+# (its own networks'): a BoxMOT export's default name holds none of them
+BOXMOT_NAME_GUESSES = ("osnet", "mobilenetv2", "mobilenetv4", "lmbn",
+                       "hacnn", "veri", "vehicleid")
+
+
+def default_output(mode, dataset_name, int8, layout):
+    """The file an export writes without ``--output``."""
+    name = dataset_name
+    if layout == export.BOXMOT:
+        if any(guess in name.lower() for guess in BOXMOT_NAME_GUESSES):
+            name = "cosine_reid"
+        name += "_boxmot"
+    return EXPORTERS[mode][2].format(name=name,
+                                     int8="_int8" if int8 else "")
 
 
 # the settings of each mode
@@ -205,22 +222,30 @@ def _export_kit_features(dataset, config, image_shape):
 
 
 def _export_model(mode):
-    write, check, default = EXPORTERS[mode]
+    write, check, _ = EXPORTERS[mode]
 
     def run(dataset, config, image_shape):
         if config.int8 and mode not in INT8_QUANTISERS:
             raise UsageError(f"--int8 with --mode={mode.value}: int8 "
                              "models are written by --mode=onnx, "
                              "--mode=openvino and --mode=tflite")
-        output = config.output or default.format(
-            name=dataset.name, int8="_int8" if config.int8 else "")
+        if config.layout != export.DEFAULT_LAYOUT and \
+                mode not in LAYOUT_MODES:
+            raise UsageError(f"--layout={config.layout} with --mode="
+                             f"{mode.value}: other layouts are written by "
+                             "--mode=onnx, --mode=openvino and --mode=tflite")
+        output = config.output or default_output(
+            mode, dataset.name, config.int8, config.layout)
         check(output)  # before the work: a bad path fails at once
+        options = {}
+        if mode in LAYOUT_MODES:
+            options["layout"] = config.layout
+            deploy.check_sidecar(output, config.layout)
         if config.int8:
             deploy.require(INT8_QUANTISERS[mode], "--int8")
         encoder, path = checkpoints.load_encoder(config.model_path,
                                                  image_shape)
         shape = tuple(encoder.input_shape[1:])
-        options = {}
         if config.int8:
             options["calibration"] = deploy.calibration_patches(
                 dataset.read_train(config.dataset_dir).filenames,

@@ -26,6 +26,7 @@ The converters and runtimes are the optional ``deploy`` dependencies;
 """
 
 import importlib
+import json
 import os
 import tempfile
 import xml.etree.ElementTree as ElementTree
@@ -104,10 +105,11 @@ def check_openvino_output(output):
     return output
 
 
-def onnx_model(encoder, image_shape):
-    """The encoder as an ONNX ``ModelProto`` (``images`` -> ``features``)."""
+def onnx_model(encoder, image_shape, layout=export.DEFAULT_LAYOUT):
+    """The encoder as an ONNX ``ModelProto`` (``images`` -> ``features``),
+    its input in ``layout`` (:data:`export.LAYOUTS`)."""
     tf2onnx = require("tf2onnx", "an ONNX export")
-    graph_def = export.frozen_graph_def(encoder, image_shape)
+    graph_def = export.frozen_graph_def(encoder, image_shape, layout)
     inputs, outputs = f"{export.INPUT_NAME}:0", f"{export.OUTPUT_NAME}:0"
     with deprecation.silence():  # tf2onnx's calls of TF1 functions
         model, _ = tf2onnx.convert.from_graph_def(
@@ -121,18 +123,23 @@ def onnx_model(encoder, image_shape):
     return model
 
 
-def write_onnx(encoder, output, image_shape, calibration=None):
-    """Write the ONNX encoder to ``output`` (a ``.onnx`` file).
+def write_onnx(encoder, output, image_shape, calibration=None,
+               layout=export.DEFAULT_LAYOUT):
+    """Write the ONNX encoder to ``output`` (a ``.onnx`` file), its input
+    in ``layout`` (BoxMOT's: with the sidecar, :func:`write_sidecar`).
 
     With ``calibration`` (uint8 BGR patches ``(N, H, W, 3)``) the model is
     quantised to int8 (:func:`quantize_onnx`).
     """
     check_onnx_output(output)
-    model = onnx_model(encoder, image_shape)
+    check_sidecar(output, layout)
+    model = onnx_model(encoder, image_shape, layout)
     if calibration is not None:
-        model = quantize_onnx(model, calibration)
+        model = quantize_onnx(model, export.layout_input(calibration, layout))
+    _describe_onnx(model, layout)
     files.write_atomically(output, lambda f: f.write(model.SerializeToString()),
                            ONNX_MODEL, binary=True)
+    write_sidecar(output, image_shape, layout)
     logging.info("Wrote %s (opset %d, %s)", output, ONNX_OPSET,
                  "int8" if calibration is not None else "float32")
     return output
@@ -203,24 +210,31 @@ def normalise_onnx_output(model):
     return model
 
 
-def write_openvino(encoder, output, image_shape, calibration=None):
-    """Write the OpenVINO IR: ``output`` (``.xml``) and the ``.bin`` beside it.
+def write_openvino(encoder, output, image_shape, calibration=None,
+                   layout=export.DEFAULT_LAYOUT):
+    """Write the OpenVINO IR: ``output`` (``.xml``) and the ``.bin`` beside
+    it, its input in ``layout`` (BoxMOT's: with the sidecar).
 
     With ``calibration`` (uint8 BGR patches ``(N, H, W, 3)``) the model is
     quantised to int8 with NNCF's post-training quantisation.
     """
     check_openvino_output(output)
+    check_sidecar(output, layout)
     ov = require("openvino", "an OpenVINO export")
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = os.path.join(tmp, "encoder.onnx")
         with open(onnx_path, "wb") as f:
-            f.write(onnx_model(encoder, image_shape).SerializeToString())
+            f.write(onnx_model(encoder, image_shape,
+                               layout).SerializeToString())
         model = ov.convert_model(onnx_path)
     if calibration is not None:
-        model = quantize(model, calibration)
+        model = quantize(model, export.layout_input(calibration, layout))
+    for key, value in description(layout).items():
+        model.set_rt_info(value, [DESCRIPTION_PREFIX, key])
     files.replace_parts_atomically(
         output[:-len(".xml")], lambda tmp: _save_ir(ov, model, tmp),
         r"\.xml|\.bin", errors=(RuntimeError,))
+    write_sidecar(output, image_shape, layout)
     logging.info("Wrote %s and its .bin (%s)", output,
                  "int8" if calibration is not None else "float32")
     return output
@@ -293,7 +307,8 @@ def check_tflite_output(output):
     return files.check_output(output, TFLITE_MODEL)
 
 
-def tflite_model(encoder, image_shape, calibration=None):
+def tflite_model(encoder, image_shape, calibration=None,
+                 layout=export.DEFAULT_LAYOUT):
     """The encoder as a TFLite flatbuffer (bytes): signature
     ``serving_default``, input ``images`` uint8 BGR ``(N, H, W, 3)`` (N
     dynamic), output ``features`` float32, L2-normalised.
@@ -306,7 +321,9 @@ def tflite_model(encoder, image_shape, calibration=None):
     from tensorflow.lite.tools import flatbuffer_utils
     # the variables folded: the converter's own freezing leaves Keras 3's
     # variables as uninitialised resources
-    frozen = export.frozen_function(encoder, image_shape)
+    frozen = export.frozen_function(encoder, image_shape, layout)
+    if calibration is not None:
+        calibration = export.layout_input(calibration, layout)
 
     def converter():
         return tf.lite.TFLiteConverter.from_concrete_functions(
@@ -358,15 +375,65 @@ def _ops_after(content, layers):
     return [name for outputs in names[last + 1:] for name in outputs]
 
 
-def write_tflite(encoder, output, image_shape, calibration=None):
-    """Write the TFLite encoder (:func:`tflite_model`) to ``output``."""
+def write_tflite(encoder, output, image_shape, calibration=None,
+                 layout=export.DEFAULT_LAYOUT):
+    """Write the TFLite encoder (:func:`tflite_model`) to ``output``, its
+    input in ``layout`` (BoxMOT's: NCHW, with the sidecar)."""
     check_tflite_output(output)
-    content = tflite_model(encoder, image_shape, calibration)
+    check_sidecar(output, layout)
+    content = tflite_model(encoder, image_shape, calibration, layout)
     files.write_atomically(output, lambda f: f.write(content), TFLITE_MODEL,
                            binary=True)
+    write_sidecar(output, image_shape, layout)
     logging.info("Wrote %s (%s)", output,
                  "int8" if calibration is not None else "float32")
     return output
+
+
+# BoxMOT reads the input size of an OpenVINO or TFLite model from this
+# file beside it (its ONNX models' from the graph), and nothing else there
+SIDECAR_SUFFIX = ".metadata.json"
+SIDECAR = files.json_kind({"model_kwargs"}, "BoxMOT's description of an "
+                          "export (a JSON object with 'model_kwargs')")
+# the export's own description, in the model's metadata (ONNX
+# metadata_props, OpenVINO rt_info), where BoxMOT does not look
+DESCRIPTION_PREFIX = "cosine_metric_learning"
+
+
+def description(layout):
+    """What an export says of itself: its input layout and features."""
+    return {"layout": layout, "input": export.INPUT_NAME,
+            "output": export.OUTPUT_NAME, "feature_dim": "128",
+            "features": "L2-normalised"}
+
+
+def _describe_onnx(model, layout):
+    for key, value in description(layout).items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = f"{DESCRIPTION_PREFIX}.{key}", str(value)
+
+
+def check_sidecar(output, layout):
+    """With BoxMOT's layout, UsageError unless the sidecar of ``output``
+    can be written (new, or an earlier one)."""
+    if layout not in export.LAYOUTS:
+        raise ArgumentError("layout", layout,
+                            f"expected one of {', '.join(export.LAYOUTS)}")
+    if layout == export.BOXMOT:
+        files.check_output(output + SIDECAR_SUFFIX, SIDECAR)
+
+
+def write_sidecar(output, image_shape, layout):
+    """With BoxMOT's layout, ``<output>.metadata.json``: the input size as
+    BoxMOT reads it (``{"model_kwargs": {"img_size": [H, W]}}``)."""
+    if layout != export.BOXMOT:
+        return None
+    path = output + SIDECAR_SUFFIX
+    height, width = (int(d) for d in image_shape[:2])
+    files.write_atomically(path, lambda f: json.dump(
+        {"model_kwargs": {"img_size": [height, width]}}, f, indent=1),
+        SIDECAR)
+    return path
 
 
 def calibration_patches(filenames, count, image_shape):

@@ -10,6 +10,7 @@ no dropout, no optimizer or input queue).
 
 import os
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 from tensorflow.core.framework import graph_pb2
@@ -25,40 +26,77 @@ INPUT_NAME = "images"          # the frozen graph's placeholder (Deep SORT)
 OUTPUT_NAME = "features"
 SAVED_MODEL_INPUT = "images_bgr"  # the channel order, in the signature
 
+# The inputs an export can take (--layout): the project's own, uint8 BGR
+# (N, H, W, 3) as OpenCV gives crops; and BoxMOT's, float32 (N, 3, H, W)
+# of RGB divided by 255 and normalised with ImageNet's mean and standard
+# deviation, as every BoxMOT re-identification backend feeds a model.
+DEFAULT_LAYOUT = "default"
+BOXMOT = "boxmot"
+LAYOUTS = (DEFAULT_LAYOUT, BOXMOT)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
-def inference_function(encoder, image_shape, input_name=INPUT_NAME):
-    """A ``tf.function`` from uint8 BGR patches to features.
 
-    Its input signature is ``uint8 (None, H, W, 3)`` named ``input_name``;
-    the output tensor is named ``features``.
+def input_spec(image_shape, layout=DEFAULT_LAYOUT, name=INPUT_NAME):
+    """The ``tf.TensorSpec`` of an export's input in ``layout``."""
+    height, width = image_shape[:2]
+    if layout == BOXMOT:
+        return tf.TensorSpec((None, 3, height, width), tf.float32, name=name)
+    return tf.TensorSpec((None, height, width, 3), tf.uint8, name=name)
+
+
+def layout_input(patches, layout):
+    """uint8 BGR patches ``(N, H, W, 3)`` as an export in ``layout`` takes
+    them (NumPy): themselves, or BoxMOT's normalised NCHW RGB."""
+    if layout != BOXMOT:
+        return patches
+    rgb = np.asarray(patches, np.float32)[..., ::-1] / 255.0
+    normalised = (rgb - np.float32(IMAGENET_MEAN)) / np.float32(IMAGENET_STD)
+    return np.ascontiguousarray(normalised.transpose(0, 3, 1, 2))
+
+
+def inference_function(encoder, image_shape, input_name=INPUT_NAME,
+                       layout=DEFAULT_LAYOUT):
+    """A ``tf.function`` from patches in ``layout`` to features.
+
+    Its input signature is :func:`input_spec` named ``input_name``
+    (uint8 BGR ``(None, H, W, 3)`` by default); the output tensor is named
+    ``features``. BoxMOT's layout is undone in the first ops (NCHW to
+    NHWC, the normalisation to [0, 1] RGB), so the network sees what the
+    default layout gives it from the same crops.
     """
-    spec = tf.TensorSpec((None,) + tuple(image_shape), tf.uint8,
-                         name=input_name)
+    spec = input_spec(image_shape, layout, input_name)
 
     @tf.function(input_signature=[spec])
     def encode(images):
-        inputs = preprocessing.preprocess(images, input_is_bgr=True)
+        if layout == BOXMOT:
+            rgb = tf.transpose(images, (0, 2, 3, 1))
+            inputs = rgb * tf.constant(IMAGENET_STD) + tf.constant(
+                IMAGENET_MEAN)
+        else:
+            inputs = preprocessing.preprocess(images, input_is_bgr=True)
         features = encoder(inputs, training=False)
         return tf.identity(features, name=OUTPUT_NAME)
 
     return encode
 
 
-def frozen_function(encoder, image_shape):
+def frozen_function(encoder, image_shape, layout=DEFAULT_LAYOUT):
     """The inference function's concrete function with the variables as
     constants (what the frozen graph and the TFLite model are made of)."""
     return convert_to_constants.convert_variables_to_constants_v2(
-        inference_function(encoder, image_shape).get_concrete_function())
+        inference_function(encoder, image_shape,
+                           layout=layout).get_concrete_function())
 
 
-def frozen_graph_def(encoder, image_shape):
+def frozen_graph_def(encoder, image_shape, layout=DEFAULT_LAYOUT):
     """The encoder as a GraphDef, variables and constant parts folded.
 
     The variables become constants; Grappler then folds what only depends
     on constants (batch norm's moving statistics into scale and offset) and
     prunes everything the ``features`` output does not need.
     """
-    frozen = frozen_function(encoder, image_shape)
+    frozen = frozen_function(encoder, image_shape, layout)
     graph_def = _fold_constants(frozen.graph.as_graph_def())
     inputs = [n for n in graph_def.node if n.op == "Placeholder"]
     if [n.name for n in inputs] != [INPUT_NAME]:

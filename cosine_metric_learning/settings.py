@@ -14,7 +14,7 @@ import dataclasses
 import os
 from typing import Optional
 
-from cosine_metric_learning import backends, deploy, distribute
+from cosine_metric_learning import backends, deploy, distribute, export
 from cosine_metric_learning import image_cache, kit_features, losses
 from cosine_metric_learning import queued_trainer
 from cosine_metric_learning import rerank as rerank_lib
@@ -363,6 +363,12 @@ class ExportConfig(BackendConfig, Config):
     calibration_images: int = setting(
         deploy.DEFAULT_CALIBRATION_IMAGES, "--int8: how many training images to "
         "calibrate on (spread evenly over the set).", _at_least_1)
+    layout: str = setting(
+        export.DEFAULT_LAYOUT, "onnx, openvino, tflite: the model's input: "
+        "default (uint8 BGR crops, NHWC) or boxmot (BoxMOT's float32 NCHW "
+        "of ImageNet-normalised RGB, with <output>.metadata.json giving "
+        "BoxMOT the input size; default output <dataset>_boxmot.onnx, "
+        ".xml, .tflite).", _one_of(export.LAYOUTS))
 
 
 @dataclasses.dataclass

@@ -395,3 +395,111 @@ def test_deploy_exports_never_replace_other_files(trained, exports,
     deploy.write_tflite(trained[1], own, (128, 64, 3))
     assert os.path.getmtime(own) >= before and deploy.TFLITE_MODEL.matches(
         own)
+
+
+def _as_boxmot_feeds(crops):
+    """What BoxMOT 25 feeds a re-identification model, from uint8 BGR crops
+    already at the model's size: RGB / 255, ImageNet's mean and standard
+    deviation, NCHW float32 (written out here, apart from the project's
+    own code)."""
+    rgb = crops[..., ::-1].astype(np.float32) / 255.0
+    mean = np.array([0.485, 0.456, 0.406], np.float32)
+    std = np.array([0.229, 0.224, 0.225], np.float32)
+    return ((rgb - mean) / std).transpose(0, 3, 1, 2).copy()
+
+
+def _cosines(a, b):
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return np.sum(a * b, axis=1)
+
+
+def test_the_boxmot_layout_takes_boxmots_input_and_gives_the_features(
+        trained, market_dir, tmp_path):
+    import onnx
+    import openvino
+    from ai_edge_litert.interpreter import Interpreter
+    from cosine_metric_learning import export
+    checkpoint, encoder = trained
+    crops = _crops(os.path.join(market_dir, "bounding_box_test"), 16)
+    frozen = encoder_lib.load(export.freeze(encoder, str(tmp_path / "m.pb"),
+                                            (128, 64, 3)))
+    expected = frozen(crops)  # the frozen graph, fed BGR uint8 NHWC
+    feeds = _as_boxmot_feeds(crops)
+    sidecar = {"model_kwargs": {"img_size": [128, 64]}}
+    paths = {}
+    for name, write in (("m.onnx", deploy.write_onnx),
+                        ("m.xml", deploy.write_openvino),
+                        ("m.tflite", deploy.write_tflite)):
+        paths[name] = write(encoder, str(tmp_path / name), (128, 64, 3),
+                            layout="boxmot")
+        # BoxMOT reads the size from the sidecar, strictly: nothing else
+        with open(paths[name] + ".metadata.json") as f:
+            assert json.load(f) == sidecar
+    model = onnx.load(paths["m.onnx"])
+    (inputs,), (outputs,) = model.graph.input, model.graph.output
+    assert inputs.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    dims = inputs.type.tensor_type.shape.dim
+    assert dims[0].dim_param and [d.dim_value for d in dims[1:]] == [3, 128,
+                                                                     64]
+    assert [d.dim_value for d in outputs.type.tensor_type.shape.dim[1:]] == \
+        [128]
+    assert {p.key: p.value for p in model.metadata_props}[
+        "cosine_metric_learning.layout"] == "boxmot"
+    import onnxruntime
+    got = {"m.onnx": onnxruntime.InferenceSession(paths["m.onnx"]).run(
+        None, {"images": feeds})[0]}
+    compiled = openvino.Core().compile_model(paths["m.xml"], "CPU", {
+        "INFERENCE_PRECISION_HINT": "f32"})
+    assert list(compiled.input().get_partial_shape()[1:].to_shape()) == \
+        [3, 128, 64]
+    got["m.xml"] = compiled(feeds)[0]
+    runner = Interpreter(model_path=paths["m.tflite"]).get_signature_runner()
+    details = runner.get_input_details()["images"]
+    assert details["dtype"] == np.float32
+    assert list(details["shape_signature"]) == [-1, 3, 128, 64]  # NCHW
+    got["m.tflite"] = runner(images=feeds)["features"]
+    for name, features in got.items():
+        assert features.shape == (16, 128), name
+        assert _cosines(features, expected).min() >= 0.9999, name
+    # int8 through the command, at its default name; this project's
+    # encoder refuses the layout in one line
+    result = run_script("train_market1501.py", "--mode=openvino",
+                        "--layout=boxmot", "--int8",
+                        "--calibration_images=50",
+                        f"--restore_path={checkpoint}",
+                        f"--dataset_dir={market_dir}", cwd=str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    xml = tmp_path / "market1501_boxmot_int8.xml"
+    assert json.loads((tmp_path / (xml.name + ".metadata.json")).read_text()) \
+        == sidecar
+    features = openvino.Core().compile_model(str(xml), "CPU")(feeds)[0]
+    assert _cosines(features, expected).min() >= 0.99
+    with pytest.raises(UsageError, match="BoxMOT's layout"):
+        encoder_lib.load(paths["m.onnx"])
+
+
+def test_a_layout_where_there_is_none_is_one_line(trained, tmp_path):
+    checkpoint, _ = trained
+    for extra, message in (
+            (["--mode=freeze", "--layout=boxmot"],
+             "--layout=boxmot with --mode=freeze: other layouts are written "
+             "by --mode=onnx, --mode=openvino and --mode=tflite"),
+            (["--mode=onnx", "--layout=nchw"], "--layout")):
+        result = run_script("train_market1501.py", *extra,
+                            f"--restore_path={checkpoint}",
+                            cwd=str(tmp_path))
+        assert result.returncode == 2
+        assert message in one_error_line(result)
+    assert os.listdir(tmp_path) == []
+
+
+def test_boxmot_default_names_hold_none_of_its_guesses():
+    from cosine_metric_learning import cli
+    assert cli.default_output(cli.Mode.ONNX, "market1501", False,
+                              "boxmot") == "market1501_boxmot.onnx"
+    name = cli.default_output(cli.Mode.OPENVINO, "veri", True, "boxmot")
+    assert name == "cosine_reid_boxmot_int8.xml"
+    assert not any(g in name for g in cli.BOXMOT_NAME_GUESSES)
+    assert cli.default_output(cli.Mode.TFLITE, "veri", False,
+                              "default") == "veri.tflite"

@@ -164,7 +164,7 @@ def _check_shape(path, shape, dtype="uint8"):
     shape = tuple(shape)
     if dtype == "float" and len(shape) == 3 and shape[0] == 3:
         raise ArgumentError("path", path, "its input is float (N, 3, H, W), "
-                            "BoxMOT's layout (--layout=boxmot): load it in "
+                            "BoxMOT's layout (--export_layout=boxmot): load it in "
                             "BoxMOT; this project's encoder takes the "
                             "default layout's exports")
     if (dtype != "uint8" or len(shape) != 3 or shape[2] != 3 or

@@ -64,7 +64,7 @@ EXPORTERS = {
 # the modes that take --int8, and the package that quantises
 INT8_QUANTISERS = {Mode.ONNX: "onnxruntime", Mode.OPENVINO: "nncf",
                    Mode.TFLITE: "tensorflow"}
-# the modes that take --layout (all of INT8_QUANTISERS')
+# the modes that take --export_layout (all of INT8_QUANTISERS')
 LAYOUT_MODES = tuple(INT8_QUANTISERS)
 # substrings of a file name from which BoxMOT guesses a model's input size
 # (its own networks'): a BoxMOT export's default name holds none of them
@@ -229,18 +229,19 @@ def _export_model(mode):
             raise UsageError(f"--int8 with --mode={mode.value}: int8 "
                              "models are written by --mode=onnx, "
                              "--mode=openvino and --mode=tflite")
-        if config.layout != export.DEFAULT_LAYOUT and \
+        if config.export_layout != export.DEFAULT_LAYOUT and \
                 mode not in LAYOUT_MODES:
-            raise UsageError(f"--layout={config.layout} with --mode="
-                             f"{mode.value}: other layouts are written by "
-                             "--mode=onnx, --mode=openvino and --mode=tflite")
+            raise UsageError(
+                f"--export_layout={config.export_layout} with --mode="
+                f"{mode.value}: other layouts are written by --mode=onnx, "
+                "--mode=openvino and --mode=tflite")
         output = config.output or default_output(
-            mode, dataset.name, config.int8, config.layout)
+            mode, dataset.name, config.int8, config.export_layout)
         check(output)  # before the work: a bad path fails at once
         options = {}
         if mode in LAYOUT_MODES:
-            options["layout"] = config.layout
-            deploy.check_sidecar(output, config.layout)
+            options["layout"] = config.export_layout
+            deploy.check_sidecar(output, config.export_layout)
         if config.int8:
             deploy.require(INT8_QUANTISERS[mode], "--int8")
         encoder, path = checkpoints.load_encoder(config.model_path,

@@ -26,10 +26,11 @@ INPUT_NAME = "images"          # the frozen graph's placeholder (Deep SORT)
 OUTPUT_NAME = "features"
 SAVED_MODEL_INPUT = "images_bgr"  # the channel order, in the signature
 
-# The inputs an export can take (--layout): the project's own, uint8 BGR
-# (N, H, W, 3) as OpenCV gives crops; and BoxMOT's, float32 (N, 3, H, W)
-# of RGB divided by 255 and normalised with ImageNet's mean and standard
-# deviation, as every BoxMOT re-identification backend feeds a model.
+# The inputs an export can take (--export_layout): the project's own,
+# uint8 BGR (N, H, W, 3) as OpenCV gives crops; and BoxMOT's, float32
+# (N, 3, H, W) of RGB divided by 255 and normalised with ImageNet's mean
+# and standard deviation, as every BoxMOT re-identification backend feeds
+# a model.
 DEFAULT_LAYOUT = "default"
 BOXMOT = "boxmot"
 LAYOUTS = (DEFAULT_LAYOUT, BOXMOT)

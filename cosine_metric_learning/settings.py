@@ -363,7 +363,7 @@ class ExportConfig(BackendConfig, Config):
     calibration_images: int = setting(
         deploy.DEFAULT_CALIBRATION_IMAGES, "--int8: how many training images to "
         "calibrate on (spread evenly over the set).", _at_least_1)
-    layout: str = setting(
+    export_layout: str = setting(
         export.DEFAULT_LAYOUT, "onnx, openvino, tflite: the model's input: "
         "default (uint8 BGR crops, NHWC) or boxmot (BoxMOT's float32 NCHW "
         "of ImageNet-normalised RGB, with <output>.metadata.json giving "

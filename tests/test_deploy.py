@@ -465,7 +465,7 @@ def test_the_boxmot_layout_takes_boxmots_input_and_gives_the_features(
     # int8 through the command, at its default name; this project's
     # encoder refuses the layout in one line
     result = run_script("train_market1501.py", "--mode=openvino",
-                        "--layout=boxmot", "--int8",
+                        "--export_layout=boxmot", "--int8",
                         "--calibration_images=50",
                         f"--restore_path={checkpoint}",
                         f"--dataset_dir={market_dir}", cwd=str(tmp_path))
@@ -482,10 +482,10 @@ def test_the_boxmot_layout_takes_boxmots_input_and_gives_the_features(
 def test_a_layout_where_there_is_none_is_one_line(trained, tmp_path):
     checkpoint, _ = trained
     for extra, message in (
-            (["--mode=freeze", "--layout=boxmot"],
-             "--layout=boxmot with --mode=freeze: other layouts are written "
-             "by --mode=onnx, --mode=openvino and --mode=tflite"),
-            (["--mode=onnx", "--layout=nchw"], "--layout")):
+            (["--mode=freeze", "--export_layout=boxmot"],
+             "--export_layout=boxmot with --mode=freeze: other layouts are "
+             "written by --mode=onnx, --mode=openvino and --mode=tflite"),
+            (["--mode=onnx", "--export_layout=nchw"], "--export_layout")):
         result = run_script("train_market1501.py", *extra,
                             f"--restore_path={checkpoint}",
                             cwd=str(tmp_path))

@@ -11,7 +11,7 @@ TEST_WORKERS ?= 2
 
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: install test demo benchmark clean
+.PHONY: install test test-consumers demo benchmark clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -112,6 +112,30 @@ demo: install
 	@echo "Adapted, unlabeled: $(DEMO_DIR)/adapted (adapt.json, adapted.pb)"
 	@echo "TensorBoard:        $(VENV)/bin/tensorboard --logdir_spec train:$(DEMO_DIR)/output,eval:$(DEMO_DIR)/eval"
 	@echo "In Deep SORT:       python tools/generate_detections.py --model=$(abspath $(DEMO_DIR))/market1501.pb --mot_dir=./MOT16/train --output_dir=./resources/detections/MOT16_train"
+
+# Other trackers load the exports in their own virtualenv: BoxMOT 25
+# (AGPL, brings PyTorch; never a dependency of this project) takes each
+# --export_layout=boxmot file through its own re-identification path and a
+# tracker's update. Its runtimes are installed up front (BoxMOT pip-installs
+# missing ones at first use).
+CONSUMERS_VENV ?= .venv-consumers
+CONSUMERS_DIR ?= build/consumers
+# a run or checkpoint to export (default: the network with random weights)
+CONSUMERS_MODEL ?=
+
+$(CONSUMERS_VENV)/.installed:
+	$(PYTHON) -m venv $(CONSUMERS_VENV)
+	$(CONSUMERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CONSUMERS_VENV)/bin/python -m pip install --quiet 'boxmot[onnx]==25.0.0' \
+		openvino ai-edge-litert
+	touch $@
+
+test-consumers: install $(CONSUMERS_VENV)/.installed
+	rm -rf $(CONSUMERS_DIR)
+	$(PY) -m tests.consumers.export_for_boxmot --output_dir=$(CONSUMERS_DIR) \
+		$(if $(CONSUMERS_MODEL),--restore_path=$(CONSUMERS_MODEL))
+	cd $(CONSUMERS_DIR) && $(abspath $(CONSUMERS_VENV))/bin/python \
+		$(abspath tests/consumers/check_boxmot.py) .
 
 benchmark: install
 	$(PY) benchmarks/input_pipeline.py

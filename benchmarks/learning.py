@@ -63,14 +63,13 @@ def train_and_test(dataset_dir, log_dir, run_number, label, loss_mode,
     training.train(MARKET1501, config)
     seconds = time.perf_counter() - start
     run_dir = os.path.join(log_dir, config.run_id)
-    return seconds, _test(dataset_dir, run_dir, loss_mode), os.path.join(
+    return seconds, _test(dataset_dir, run_dir), os.path.join(
         run_dir, "ckpt-0")
 
 
-def _test(dataset_dir, restore_path, loss_mode):
+def _test(dataset_dir, restore_path):
     with contextlib.redirect_stdout(io.StringIO()):  # the table: ours below
-        return protocol.run_test(MARKET1501, restore_path, dataset_dir,
-                                 loss_mode)
+        return protocol.run_test(MARKET1501, restore_path, dataset_dir)
 
 
 METRICS = ("rank-1", "mAP", "mINP")
@@ -119,7 +118,7 @@ def main(argv=None):
                     dataset_dir, os.path.join(tmp, "runs"),
                     f"{number}_{repeat}", label, loss_mode, values, args)
                 if untrained is None:  # the initial weights, before a step
-                    untrained = _test(dataset_dir, first, "cosine-softmax")
+                    untrained = _test(dataset_dir, first)
                 results.setdefault(label, []).append((seconds, summary))
     print(f"\nMarket-1501 layout, {args.steps} steps of batch "
           f"{args.batch_size}, test split (unseen identities), "

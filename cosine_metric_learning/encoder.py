@@ -129,11 +129,6 @@ def load(path, batch_size=32, image_shape=None, backend="auto",
                    batch_size)
 
 
-def _cut(image, region, patch_shape):
-    x1, y1, x2, y2 = region
-    return _resize(image[y1:y2, x1:x2], patch_shape)
-
-
 def _resize(image, patch_shape):
     return preprocessing.resize(np.ascontiguousarray(image),
                                 patch_shape).numpy()
@@ -160,6 +155,40 @@ def _patch_region(frame_shape, box, patch_shape):
         return (f"covers less than a pixel (widened to {new_w:.2g} x "
                 f"{h:.2g} for the {width}:{height} patch)")
     return x1, y1, x2, y2
+
+
+def cut_patches(image, regions, patch_shape):
+    """The ``regions`` ``(N, 4)`` (whole-pixel ``x1, y1, x2, y2`` inside
+    ``image``) cut and resized to ``patch_shape`` at once: uint8 ``(N, H,
+    W, 3)``, each as :func:`preprocessing.resize` resizes a cut (bilinear,
+    half-pixel centres, the cut's edge pixels repeated, no antialiasing),
+    with no Python work per box."""
+    regions = np.asarray(regions, np.int64).reshape(-1, 4)
+    height, width = patch_shape[:2]
+
+    def axis(size_out, start, stop):
+        size_in = (stop - start).astype(np.float32)[:, None]
+        source = (np.arange(size_out, dtype=np.float32)[None] + 0.5) * (
+            size_in / size_out) - 0.5
+        source = np.clip(source, 0.0, size_in - 1.0)
+        low = np.floor(source)
+        weight = (source - low)[..., None]
+        low = low.astype(np.int64)
+        high = np.minimum(low + 1, (stop - start - 1)[:, None])
+        return start[:, None] + low, start[:, None] + high, weight
+
+    y0, y1, wy = axis(height, regions[:, 1], regions[:, 3])
+    x0, x1, wx = axis(width, regions[:, 0], regions[:, 2])
+    rows0, rows1 = y0[:, :, None], y1[:, :, None]
+    cols0, cols1 = x0[:, None, :], x1[:, None, :]
+    wx = wx[:, None, :, :]
+    top = image[rows0, cols0].astype(np.float32) * (1 - wx) + \
+        image[rows0, cols1] * wx
+    bottom = image[rows1, cols0].astype(np.float32) * (1 - wx) + \
+        image[rows1, cols1] * wx
+    wy = wy[:, :, None, :]
+    return np.round(np.clip(top * (1 - wy) + bottom * wy, 0, 255)).astype(
+        np.uint8)
 
 
 def check_frame(image):
@@ -229,17 +258,21 @@ def create_box_encoder(model, batch_size=32, backend="auto"):
 
     def encode(image, boxes):
         image = check_frame(image)
-        patches = []
-        for index, box in enumerate(check_boxes(boxes)):
+        boxes = check_boxes(boxes)
+        if not len(boxes):
+            return np.zeros((0, encoder.feature_dim), np.float32)
+        patches = np.full((len(boxes),) + tuple(shape), 128, np.uint8)
+        regions = []
+        for index, box in enumerate(boxes):
             region = _patch_region(image.shape, box, shape)
             if isinstance(region, str):
                 logging.warning("Box %d %s %s: encoding a grey patch for it",
                                 index, tuple(box.tolist()), region)
-                patches.append(np.full(shape, 128, np.uint8))
             else:
-                patches.append(_cut(image, region, shape))
-        if not patches:
-            return np.zeros((0, encoder.feature_dim), np.float32)
-        return encoder(np.stack(patches), batch_size)
+                regions.append((index, region))
+        if regions:
+            index, cut = zip(*regions)
+            patches[list(index)] = cut_patches(image, cut, shape)
+        return encoder(patches, batch_size)
 
     return encode

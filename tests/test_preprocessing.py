@@ -136,3 +136,23 @@ def test_random_erasing_puts_one_rectangle_inside_each_chosen_image():
     none, mask = preprocessing.random_erasing(tf.constant(images[:8]), 0.0)
     assert not mask.numpy().any()
     np.testing.assert_array_equal(none.numpy(), images[:8])
+
+
+def test_patches_are_cut_at_once_as_one_cut_at_a_time():
+    from cosine_metric_learning import encoder as encoder_lib
+    from tests.reference import bilinear_resize
+    rng = np.random.default_rng(4)
+    frame = rng.integers(0, 256, (360, 640, 3), dtype=np.uint8)
+    regions = [(10, 20, 74, 148),  # the patch's size: the pixels as they are
+               (0, 0, 1, 1), (600, 300, 639, 359)]  # one pixel; an edge
+    for _ in range(40):  # shrunk, enlarged, stretched
+        w, h = int(rng.integers(2, 300)), int(rng.integers(2, 350))
+        x, y = int(rng.integers(0, 640 - w)), int(rng.integers(0, 360 - h))
+        regions.append((x, y, x + w, y + h))
+    patches = encoder_lib.cut_patches(frame, regions, (128, 64, 3))
+    assert patches.shape == (len(regions), 128, 64, 3)
+    assert patches.dtype == np.uint8
+    np.testing.assert_array_equal(patches[0], frame[20:148, 10:74])
+    for patch, (x1, y1, x2, y2) in zip(patches, regions):
+        expected = bilinear_resize(frame[y1:y2, x1:x2], 128, 64)
+        assert np.abs(patch.astype(int) - expected).max() <= 1

@@ -19,10 +19,19 @@ from cosine_metric_learning.errors import ArgumentError, first_line
 
 TENSORFLOW, ONNXRUNTIME, OPENVINO, LITERT = ("tensorflow", "onnxruntime",
                                              "openvino", "litert")
-NAMES = ("auto", TENSORFLOW, ONNXRUNTIME, OPENVINO, LITERT)
+FASTEST = "fastest"
+NAMES = ("auto", FASTEST, TENSORFLOW, ONNXRUNTIME, OPENVINO, LITERT)
 # float32 on every processor: OpenVINO's CPU plugin otherwise computes in
 # bfloat16 where the processor has it (features off by about 3e-3)
 OPENVINO_FLOAT32 = {"INFERENCE_PRECISION_HINT": "f32"}
+# --backend=fastest: the runtimes from the fastest on a CPU (measured by
+# benchmarks/tracking.py), the first installed one that runs the format;
+# OpenVINO at its own precision (bfloat16 where the processor has it) and
+# tuned for a frame's batch at a time
+FASTEST_ORDER = (OPENVINO, ONNXRUNTIME, LITERT, TENSORFLOW)
+OPENVINO_FASTEST = {"PERFORMANCE_HINT": "LATENCY"}
+RUNTIME_MODULES = {OPENVINO: "openvino", ONNXRUNTIME: "onnxruntime",
+                   LITERT: "ai_edge_litert", TENSORFLOW: "tensorflow"}
 
 
 @dataclasses.dataclass
@@ -70,6 +79,10 @@ def resolve(path, backend):
     fmt = model_format(path)
     if backend == "auto":
         backend = RUNS_ON[fmt][0]
+    elif backend == FASTEST:
+        backend = next((b for b in FASTEST_ORDER if b in RUNS_ON[fmt]
+                        and _installed(RUNTIME_MODULES[b])),
+                       RUNS_ON[fmt][0])
     if backend not in RUNS_ON[fmt]:
         raise ArgumentError("backend", backend,
                             f"cannot run {path} (a {fmt} model); it runs "
@@ -77,10 +90,18 @@ def resolve(path, backend):
     return fmt, backend
 
 
+def _installed(module):
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
 def load(path, backend, image_shape=None, openvino_config=None):
     """A :class:`Backend` for the model at ``path`` (see
     :func:`encoder.load`); ``image_shape`` is for checkpoints (None: the
     run's, see :func:`checkpoints.load_encoder`)."""
+    if openvino_config is None:
+        openvino_config = (OPENVINO_FASTEST if backend == FASTEST
+                           else OPENVINO_FLOAT32)
     fmt, backend = resolve(path, backend)
     if fmt == "checkpoint":
         encoder, prefix = checkpoints.load_encoder(path, image_shape)
@@ -94,8 +115,7 @@ def load(path, backend, image_shape=None, openvino_config=None):
     elif backend == ONNXRUNTIME:
         loaded = _onnxruntime(path)
     else:
-        loaded = _openvino(path, OPENVINO_FLOAT32 if openvino_config is None
-                           else openvino_config)
+        loaded = _openvino(path, openvino_config)
     if image_shape is not None and tuple(image_shape[:2]) != \
             loaded.image_shape[:2]:
         raise ArgumentError("image_shape", tuple(image_shape),

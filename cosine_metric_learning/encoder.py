@@ -113,11 +113,15 @@ def load(path, batch_size=32, image_shape=None, backend="auto",
         (default 128x64).
     backend : str
         ``"auto"`` (TensorFlow for TensorFlow formats, ONNX Runtime for
-        ``.onnx``, OpenVINO for ``.xml``), ``"tensorflow"``,
-        ``"onnxruntime"`` or ``"openvino"`` (for ``.onnx`` and ``.xml``).
+        ``.onnx``, OpenVINO for ``.xml``), ``"fastest"`` (the fastest
+        installed runtime that runs the format:
+        :data:`backends.FASTEST_ORDER`, OpenVINO at its own precision),
+        ``"tensorflow"``, ``"onnxruntime"``, ``"openvino"`` (for
+        ``.onnx`` and ``.xml``) or ``"litert"`` (``.tflite``).
     openvino_config : dict, optional
         OpenVINO compile properties (default: float32 inference, see
-        :data:`backends.OPENVINO_FLOAT32`), e.g. ``{"PERFORMANCE_HINT":
+        :data:`backends.OPENVINO_FLOAT32`; with ``"fastest"``
+        :data:`backends.OPENVINO_FASTEST`), e.g. ``{"PERFORMANCE_HINT":
         "THROUGHPUT"}``.
 
     Returns

@@ -15,6 +15,7 @@ The tracker and TrackEval are the optional ``track`` dependencies; the
 functions that need them say how to install them when they are missing.
 """
 
+import concurrent.futures
 import configparser
 import contextlib
 import dataclasses
@@ -577,21 +578,29 @@ def detection_rows(sequence, detections, min_confidence, nms_max_overlap,
 
 def encode_rows(encoder, sequence, rows, progress_secs=10.0):
     """Features ``(len(rows), D)`` of the rows' boxes, one batch a frame,
-    cut from the frames as Deep SORT's box encoder does; a progress line
-    now and then."""
+    cut from the frames as Deep SORT's box encoder does; the next frame is
+    decoded while one is encoded; a progress line now and then."""
     box_encoder = encoder_lib.create_box_encoder(encoder)
     features = np.zeros((len(rows), encoder.feature_dim), np.float32)
     frames = np.unique(rows[:, 0]).astype(int)
     start = last = time.time()
-    for n, frame in enumerate(frames):
-        index = np.flatnonzero(rows[:, 0] == frame)
-        image = read_frame(sequence.frame_paths[frame - 1])
-        features[index] = box_encoder(image, rows[index, 2:6])
-        if time.time() - last >= progress_secs or n == len(frames) - 1:
-            last = time.time()
-            logging.info("%s: encoded %d/%d frames (%.1f frames/s)",
-                         sequence.name, n + 1, len(frames),
-                         (n + 1) / max(last - start, 1e-9))
+    with concurrent.futures.ThreadPoolExecutor(1) as reader:
+        def read(n):
+            return reader.submit(read_frame,
+                                 sequence.frame_paths[frames[n] - 1])
+
+        upcoming = read(0) if len(frames) else None
+        for n, frame in enumerate(frames):
+            image = upcoming.result()
+            if n + 1 < len(frames):  # decoded while this one is encoded
+                upcoming = read(n + 1)
+            index = np.flatnonzero(rows[:, 0] == frame)
+            features[index] = box_encoder(image, rows[index, 2:6])
+            if time.time() - last >= progress_secs or n == len(frames) - 1:
+                last = time.time()
+                logging.info("%s: encoded %d/%d frames (%.1f frames/s)",
+                             sequence.name, n + 1, len(frames),
+                             (n + 1) / max(last - start, 1e-9))
     return features
 
 

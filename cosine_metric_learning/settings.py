@@ -299,8 +299,10 @@ class BackendConfig(_Validated):
     backend: str = setting(
         "auto", "test, export, encode: the runtime of an exported model: "
         "auto (tensorflow for TensorFlow formats, onnxruntime for .onnx, "
-        "openvino for .xml, litert for .tflite), or onnxruntime or "
-        "openvino for .onnx.",
+        "openvino for .xml, litert for .tflite), fastest (the fastest "
+        "installed runtime for the format: openvino, then onnxruntime, at "
+        "the processor's own precision), or onnxruntime or openvino for "
+        ".onnx.",
         _one_of(backends.NAMES))
 
 

@@ -36,6 +36,7 @@ import os
 import numpy as np
 from absl import app, flags, logging
 
+from cosine_metric_learning import backends
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files, metrics, mot
 from cosine_metric_learning.datasets import tracklets
@@ -46,7 +47,8 @@ from cosine_metric_learning.errors import report_errors
 FLAGS = flags.FLAGS
 # the flags of the library's arguments
 FLAG_NAMES = {"path": "--model", "models": "--model",
-              "sequences": "--sequences", "detections": "--detections",
+              "backend": "--backend", "sequences": "--sequences",
+              "detections": "--detections",
               "classes": "--classes", "output_dir": "--output_dir",
               **{name: f"--{name}" for name in mot.DEFAULTS}}
 NONE = "none"
@@ -101,9 +103,11 @@ def model_features(path, sequence, rows, cache, boxes="detections"):
     return cache[key]
 
 
-def _load(path, cache):
+def _load(path, cache, backend="auto"):
+    """The encoder of ``path``, loaded once on ``backend`` (its first
+    load decides)."""
     if ("model", path) not in cache:
-        cache[("model", path)] = encoder_lib.load(path)
+        cache[("model", path)] = encoder_lib.load(path, backend=backend)
     return cache[("model", path)]
 
 
@@ -213,13 +217,15 @@ def _safe(label):
 
 
 def evaluate(models, sequences, detections, output_dir, sweep,
-             parameters=None, cache=None, classes=mot.PEDESTRIANS):
+             parameters=None, cache=None, classes=mot.PEDESTRIANS,
+             backend="auto"):
     """Track every sequence with every model at ``parameters`` (the keys
     of :data:`mot.DEFAULTS`; default those) and, with ``sweep``, every
     gate and budget of the grid; score the boxes of ``classes`` (see
     :func:`mot.score`). Every argument is checked before the work;
     ``output_dir`` (empty, or an earlier output) is written whole or not
-    at all, with ``summary.json``. Returns the summary."""
+    at all, with ``summary.json``; the models run on ``backend`` (see
+    :func:`encoder.load`). Returns the summary."""
     base = {**DEFAULTS, **(parameters or {})}
     check_parameters(base)
     mot.check_classes(classes)
@@ -239,7 +245,7 @@ def evaluate(models, sequences, detections, output_dir, sweep,
         base["nms_max_overlap"], classes) for sequence in sequences}
     for model in models:  # a bad model fails before the tracking
         if model != NONE:
-            _load(model, cache)
+            _load(model, cache, backend)
     summary = {"models": {}, "files": [], "parameters": {
         **base, "detections": detections,
         "classes": None if classes is None else list(classes),
@@ -465,7 +471,8 @@ def main(argv):
                                        FLAGS.detections == "det")
         output_dir = FLAGS.output_dir
         summary = evaluate(models, sequences, FLAGS.detections, output_dir,
-                           FLAGS.sweep, parameters, _CACHE, classes)
+                           FLAGS.sweep, parameters, _CACHE, classes,
+                           FLAGS.backend)
         print(format_table(summary))
         if not any(s.ground_truth is not None for s in sequences):
             print("no sequence has gt/gt.txt: tracked, not scored")
@@ -521,6 +528,10 @@ def define_flags():
                          "track is confirmed.")
     flags.DEFINE_float("min_confidence", DEFAULTS["min_confidence"],
                        "--detections=det: drop detections below it.")
+    flags.DEFINE_enum("backend", "auto", list(backends.NAMES), "The "
+                      "runtime of the models: auto (each format's own), "
+                      "fastest (the fastest installed one for the format), "
+                      "or one by name (see encoder.load).")
     flags.DEFINE_float("nms_max_overlap", DEFAULTS["nms_max_overlap"],
                        "--detections=det: non-maximum suppression (1.0: "
                        "none).")

@@ -395,7 +395,9 @@ def test_resume_with_another_loss_is_refused(run, market_dir, tmp_path):
     log_dir, run_dir = _copy_run(run, tmp_path)
     recorded = json.loads(open(os.path.join(run_dir, "run.json")).read())
     assert recorded == {"dataset": "market1501", "loss_mode": "triplet",
-                        "image_shape": [128, 64, 3], "network": "deep_sort"}
+                        "image_shape": [128, 64, 3], "network": "deep_sort",
+                        "recipe": "baseline",
+                        "recipe_settings": settings.RECIPE_DEFAULTS}
     with pytest.raises(UsageError, match=r"cannot continue .* with "
                        r"--loss_mode=magnet: it was trained with "
                        r"--loss_mode=triplet"):

@@ -503,3 +503,22 @@ def test_boxmot_default_names_hold_none_of_its_guesses():
     assert not any(g in name for g in cli.BOXMOT_NAME_GUESSES)
     assert cli.default_output(cli.Mode.TFLITE, "veri", False,
                               "default") == "veri.tflite"
+
+
+def test_the_fastest_backend_is_the_fastest_installed_for_the_format(
+        exports, tmp_path):
+    from cosine_metric_learning import backends
+    onnx, xml = exports
+    # OpenVINO (installed with the deploy extra) runs both formats
+    assert backends.resolve(onnx, "fastest") == ("onnx", "openvino")
+    assert backends.resolve(xml, "fastest") == ("openvino", "openvino")
+    pb = tmp_path / "m.pb"
+    pb.write_bytes(b"")
+    assert backends.resolve(str(pb), "fastest") == ("frozen", "tensorflow")
+    loaded = encoder_lib.load(onnx, backend="fastest")
+    assert loaded.backend == "openvino"
+    crops = np.random.default_rng(0).integers(0, 256, (4, 128, 64, 3),
+                                              dtype=np.uint8)
+    float32 = encoder_lib.load(onnx)(crops)
+    # at the processor's precision: bfloat16 where it has it
+    assert np.sum(loaded(crops) * float32, axis=1).min() > 0.99

@@ -92,9 +92,7 @@ def steps(loaded, sequence, rows):
         times["decode"].append(time.perf_counter() - start)
         boxes = rows[rows[:, 0] == frame, 2:6]
         start = time.perf_counter()
-        regions = [encoder_lib._patch_region(image.shape, b, shape)
-                   for b in boxes]
-        patches = encoder_lib.cut_patches(image, regions, shape)
+        patches = encoder_lib.box_patches(image, boxes, shape)
         times["cut"].append(time.perf_counter() - start)
         start = time.perf_counter()
         loaded(patches)

@@ -8,6 +8,7 @@ OpenVINO loaders import their runtime only when called (the optional
 """
 
 import dataclasses
+import importlib.util
 import os
 from typing import Any, Callable, Tuple
 
@@ -91,7 +92,6 @@ def resolve(path, backend):
 
 
 def _installed(module):
-    import importlib.util
     return importlib.util.find_spec(module) is not None
 
 
@@ -183,10 +183,10 @@ def _check_shape(path, shape, dtype="uint8"):
     NHWC."""
     shape = tuple(shape)
     if dtype == "float" and len(shape) == 3 and shape[0] == 3:
-        raise ArgumentError("path", path, "its input is float (N, 3, H, W), "
-                            "BoxMOT's layout (--export_layout=boxmot): load it in "
-                            "BoxMOT; this project's encoder takes the "
-                            "default layout's exports")
+        raise ArgumentError("path", path, "its input is float (N, 3, H, "
+                            "W), BoxMOT's layout (--export_layout=boxmot): "
+                            "load it in BoxMOT; this project's encoder "
+                            "takes the default layout's exports")
     if (dtype != "uint8" or len(shape) != 3 or shape[2] != 3 or
             not all(isinstance(d, int) and d > 0 for d in shape)):
         raise ArgumentError("path", path, f"its input is {dtype} (N,) + "

@@ -237,6 +237,30 @@ def check_boxes(boxes):
     return boxes
 
 
+def box_patches(image, boxes, patch_shape):
+    """The patches the box encoder feeds the network: ``image`` (checked:
+    uint8 BGR ``(H, W, 3)``) cut at ``boxes`` (checked: ``(N, 4)`` rows of
+    ``(x, y, width, height)``), each widened to the patch's aspect ratio
+    and clipped to the frame as Deep SORT does, resized at once
+    (:func:`cut_patches`); a box that covers no pixel gives a mid-grey
+    patch, with a warning saying why."""
+    image = check_frame(image)
+    boxes = check_boxes(boxes)
+    patches = np.full((len(boxes),) + tuple(patch_shape), 128, np.uint8)
+    regions = []
+    for index, box in enumerate(boxes):
+        region = _patch_region(image.shape, box, patch_shape)
+        if isinstance(region, str):
+            logging.warning("Box %d %s %s: encoding a grey patch for it",
+                            index, tuple(box.tolist()), region)
+        else:
+            regions.append((index, region))
+    if regions:
+        index, cut = zip(*regions)
+        patches[list(index)] = cut_patches(image, cut, patch_shape)
+    return patches
+
+
 def create_box_encoder(model, batch_size=32, backend="auto"):
     """A function ``encode(frame_bgr, boxes) -> (N, D)`` features.
 
@@ -261,22 +285,9 @@ def create_box_encoder(model, batch_size=32, backend="auto"):
     shape = encoder.image_shape
 
     def encode(image, boxes):
-        image = check_frame(image)
-        boxes = check_boxes(boxes)
-        if not len(boxes):
+        patches = box_patches(image, boxes, shape)
+        if not len(patches):
             return np.zeros((0, encoder.feature_dim), np.float32)
-        patches = np.full((len(boxes),) + tuple(shape), 128, np.uint8)
-        regions = []
-        for index, box in enumerate(boxes):
-            region = _patch_region(image.shape, box, shape)
-            if isinstance(region, str):
-                logging.warning("Box %d %s %s: encoding a grey patch for it",
-                                index, tuple(box.tolist()), region)
-            else:
-                regions.append((index, region))
-        if regions:
-            index, cut = zip(*regions)
-            patches[list(index)] = cut_patches(image, cut, shape)
         return encoder(patches, batch_size)
 
     return encode

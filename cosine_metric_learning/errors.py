@@ -112,8 +112,9 @@ def _one_line(error, interrupted, flag_names):
 def _ctrl_c_remembered():
     """Yield a list that gets the signal's number when Ctrl-C (SIGINT)
     arrives in the block; it still raises KeyboardInterrupt as Python's
-    own handler does (where a finaliser swallows it, silently). Where SIGINT is ignored or handled otherwise, or
-    off the main thread, nothing changes."""
+    own handler does (where a finaliser swallows it, silently). Where
+    SIGINT is ignored or handled otherwise, or off the main thread,
+    nothing changes."""
     received = []
 
     def remember(signum, frame):

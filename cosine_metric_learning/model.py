@@ -162,22 +162,21 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False,
                     images, training=True)
             else:
                 features = model.encoder(images, training=True)
-            logits = None
+            logits = scale = None
             if model.classifier is not None:
                 logits = model.classifier(features, training=True)
+                scale = tf.nn.softplus(
+                    model.classifier.get_layer("ball").scale)
                 if tricks.cosine_margin:
-                    scale = tf.nn.softplus(
-                        model.classifier.get_layer("ball").scale)
-                    if scale.shape.rank:  # a scale per class
-                        scale = tf.gather(scale, labels)
                     logits = losses.additive_margin(
-                        logits, labels, tricks.cosine_margin * scale)
+                        logits, labels, tricks.cosine_margin * (
+                            tf.gather(scale, labels) if scale.shape.rank
+                            else scale))  # a scale per class, or one
             terms, metrics = losses.compute_all(labels, features, logits,
                                                 tricks.label_smoothing)
-            if model.classifier is not None:
+            if scale is not None:
                 # the mean where the network has a scale per class
-                metrics["scale"] = tf.reduce_mean(tf.nn.softplus(
-                    model.classifier.get_layer("ball").scale))
+                metrics["scale"] = tf.reduce_mean(scale)
             weight_loss = tf.cast(model.weight_loss(), tf.float32)
             total = terms[trained] + weight_loss
             # replicas' gradients are summed: each contributes its share

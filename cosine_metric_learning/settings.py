@@ -147,8 +147,7 @@ class RunConfig(Config):
 # best (benchmarks/learning.py).
 RECIPE_DEFAULTS = {
     "initial_logit_scale": network_definition.DEFAULT_LOGIT_SCALE,
-    "warmup_steps": 0, "random_erasing": 0.0, "label_smoothing": 0.0,
-    "cosine_margin": 0.0, "bnneck": False}
+    **dataclasses.asdict(Tricks()), "bnneck": False}
 RECIPES = {
     "original": {"initial_logit_scale":
                  network_definition.ORIGINAL_LOGIT_SCALE},

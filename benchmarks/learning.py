@@ -92,11 +92,18 @@ def main(argv=None):
                         "seeded: the spread is the runs')")
     parser.add_argument("--dataset_dir", help="a Market-1501 layout "
                         "(default: a synthetic one, 300 + 100 identities)")
+    parser.add_argument("--look_alike", type=float, default=0.0,
+                        help="the synthetic set's identities in pairs whose "
+                        "colours differ by about this much (0-255): a "
+                        "harder set; 0 draws them independently")
     parser.add_argument("--runs", default=",".join(r[0] for r in RUNS),
                         help="comma-separated labels of the runs to make")
     parser.add_argument("--output_json", help="write every run's numbers")
     args = parser.parse_args(argv)
     logging.set_verbosity(logging.INFO)  # the runs' progress lines
+    if args.look_alike and args.dataset_dir:
+        parser.error("--look_alike makes the synthetic set: not with "
+                     "--dataset_dir")
     chosen = args.runs.split(",")
     unknown = set(chosen) - {r[0] for r in RUNS}
     if unknown:
@@ -105,7 +112,8 @@ def main(argv=None):
     results = {}  # label -> [(seconds, summary)] per repeat
     with tempfile.TemporaryDirectory() as tmp:
         dataset_dir = args.dataset_dir or synthetic.write_market1501(
-            os.path.join(tmp, "Market-1501-synthetic"))
+            os.path.join(tmp, "Market-1501-synthetic"),
+            look_alike=args.look_alike)
         untrained = None
         for repeat in range(args.repeats):
             for number, (label, loss_mode, values) in enumerate(RUNS):
@@ -120,7 +128,9 @@ def main(argv=None):
                 if untrained is None:  # the initial weights, before a step
                     untrained = _test(dataset_dir, first)
                 results.setdefault(label, []).append((seconds, summary))
-    print(f"\nMarket-1501 layout, {args.steps} steps of batch "
+    harder = (f", look-alike pairs {args.look_alike:g}"
+              if args.look_alike else "")
+    print(f"\nMarket-1501 layout{harder}, {args.steps} steps of batch "
           f"{args.batch_size}, test split (unseen identities), "
           f"{os.cpu_count()} CPU cores, {args.repeats} run(s) each")
     width = 13 if args.repeats > 1 else 6

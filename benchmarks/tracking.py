@@ -5,8 +5,8 @@ A sequence of 1920x1080 JPEG frames is written to a temporary folder,
 each with ``DETECTIONS`` synthetic people at random sizes; their boxes are
 the detections. Each configuration encodes every frame's boxes as
 ``cosine_metric_learning.track`` does (``mot.encode_rows``: the next frame
-decoded while one is encoded, the boxes cut and resized at once, one
-batch a frame), then the same frames are timed step by step: decoding,
+decoded and cut while one is encoded, the boxes cut and resized at once,
+one batch a frame), then the same frames are timed step by step: decoding,
 cutting, the bare network on the same crops, and Deep SORT's tracking.
 The int8 and float exports are made from the same weights, so the last
 column is each path's least cosine to the checkpoint's features::
@@ -140,12 +140,13 @@ def main(argv=None):
             loaded = encoder_lib.load(path, backend=backend)
             # warm-up: the first frame traces or compiles the encoder
             mot.encode_rows(loaded, sequence, rows[rows[:, 0] == 1])
-            start = time.perf_counter()
+            done = [time.perf_counter()]
             features = mot.encode_rows(loaded, sequence, rows,
-                                       progress_secs=1e9)
-            whole = (time.perf_counter() - start) / args.frames
+                                       progress_secs=1e9, frame_times=done)
+            rate = args.frames / (done[-1] - done[0])
+            whole = statistics.median(np.diff(done))
             reference = features if reference is None else reference
-            results.append((f"{name} ({loaded.backend})", whole,
+            results.append((f"{name} ({loaded.backend})", rate, whole,
                             steps(loaded, sequence, rows),
                             float(cosines(features, reference).min())))
         start = time.perf_counter()
@@ -156,16 +157,18 @@ def main(argv=None):
     print(f"\n{os.cpu_count()} CPU cores, {args.frames} frames of "
           f"{WIDTH}x{HEIGHT} JPEG, {DETECTIONS} boxes each, model "
           f"{args.model or 'a fresh network'}; milliseconds a frame "
-          "(steps: medians, each alone)")
+          "(whole: the median time between frames done, decoding and "
+          "cutting the next\nwhile one is encoded; steps: medians, each "
+          "alone; frames/s: all frames)")
     print(f"{'path (runtime)':34s} {'frames/s':>8s} {'whole':>7s} "
           f"{'decode':>7s} {'cut':>6s} {'network':>8s} {'whole/net':>9s} "
           f"{'x ckpt':>6s} {'cosine':>8s}")
     base = results[0][1]
-    for name, whole, split, cosine in results:
-        print(f"{name:34s} {1 / whole:8.1f} {1000 * whole:7.1f} "
+    for name, rate, whole, split, cosine in results:
+        print(f"{name:34s} {rate:8.1f} {1000 * whole:7.1f} "
               f"{1000 * split['decode']:7.1f} {1000 * split['cut']:6.1f} "
               f"{1000 * split['network']:8.1f} "
-              f"{whole / split['network']:9.2f} {base / whole:6.2f} "
+              f"{whole / split['network']:9.2f} {rate / base:6.2f} "
               f"{cosine:8.4f}")
     print(f"tracking (deep-sort-realtime): {1000 * tracking:.1f} ms a frame")
 

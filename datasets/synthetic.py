@@ -149,8 +149,24 @@ def _person_ids(rng, num_train, num_test, max_label):
     return np.sort(ids[:num_train]), np.sort(ids[num_train:])
 
 
+def _people(rng, splits, look_alike, twin_seed):
+    """Each identity of the ``splits`` (arrays of ids) drawn from ``rng``;
+    with ``look_alike`` the second of each pair in a split is then made
+    like the first (:func:`_look_alike`), from its own stream seeded
+    ``twin_seed``."""
+    people = {pid: _identity(rng) for pid in np.concatenate(splits)}
+    if look_alike:
+        twins = np.random.default_rng(twin_seed)
+        for ids in splits:
+            for first, second in zip(ids[0::2], ids[1::2]):
+                people[second] = _look_alike(people[first], twins,
+                                             look_alike)
+    return people
+
+
 def write_market1501(output_dir, num_train_ids=300, num_test_ids=100,
-                     num_distractors=40, num_junk=20, seed=0):
+                     num_distractors=40, num_junk=20, seed=0,
+                     look_alike=0.0):
     """Write a synthetic dataset in the Market-1501 layout.
 
     Training identities get 4 to 9 images from 2 to 4 cameras; test
@@ -158,6 +174,10 @@ def write_market1501(output_dir, num_train_ids=300, num_test_ids=100,
     each of up to two cameras. ``gt_query/`` holds the kit's good/junk
     indices (1-based into the sorted ``bounding_box_test``). A ``Thumbs.db``
     and one ``.jpg.jpg`` name are included, as in the real download.
+    ``look_alike`` above 0 pairs the identities, training with training and
+    test with test, each pair's second person made like the first as in
+    :func:`write_mot_sequence` (its colours shifted by that spread): a
+    harder set, whose test people also have look-alikes never trained on.
 
     Returns
     -------
@@ -168,8 +188,7 @@ def write_market1501(output_dir, num_train_ids=300, num_test_ids=100,
     cameras = _cameras(seed + 1)
     train_ids, test_ids = _person_ids(rng, num_train_ids, num_test_ids,
                                       market1501.MAX_LABEL)
-    people = {pid: _identity(rng) for pid in np.concatenate([train_ids,
-                                                             test_ids])}
+    people = _people(rng, (train_ids, test_ids), look_alike, seed + 2)
     dirs = {name: os.path.join(output_dir, name) for name in (
         "bounding_box_train", "bounding_box_test", "query", "gt_query",
         "gt_bbox")}
@@ -547,9 +566,9 @@ def main(argv=None):
     parser.add_argument("--name", default="SYNTH-01",
                         help="--layout=mot: the sequence's name (its folder)")
     parser.add_argument("--look_alike", type=float, default=0.0,
-                        help="--layout=mot: each pair's colours differ by "
-                        "about this much (0-255); 0 draws people "
-                        "independently")
+                        help="--layout=mot or market1501: each pair's "
+                        "colours differ by about this much (0-255); 0 "
+                        "draws people independently")
     args = parser.parse_args(argv)
     sizes = {k: v for k, v in (("num_train_ids", args.num_train_ids),
                                ("num_test_ids", args.num_test_ids))
@@ -560,15 +579,20 @@ def main(argv=None):
     if not 0 <= args.look_alike <= 255:
         parser.error(f"--look_alike={args.look_alike:g}: expected a colour "
                      "difference from 0 to 255")
+    if args.look_alike and args.layout not in ("mot", "market1501"):
+        parser.error(f"--look_alike with --layout={args.layout}: only the "
+                     "mot and market1501 layouts pair look-alikes")
     if args.layout == "mot":
         write_mot_sequence(args.output_dir, seed=args.seed, name=args.name,
                            look_alike=args.look_alike)
     elif args.layout == "identity_folders":
         write_identity_folders(args.output_dir, seed=args.seed,
                                num_ids=sizes.get("num_train_ids", 60))
+    elif args.layout == "market1501":
+        write_market1501(args.output_dir, seed=args.seed,
+                         look_alike=args.look_alike, **sizes)
     else:
-        writer = {"market1501": write_market1501, "mars": write_mars,
-                  "veri": write_veri}[args.layout]
+        writer = {"mars": write_mars, "veri": write_veri}[args.layout]
         writer(args.output_dir, seed=args.seed, **sizes)
     print(f"wrote a synthetic {args.layout} dataset to {args.output_dir}")
 

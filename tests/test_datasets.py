@@ -134,3 +134,31 @@ def test_validation_split_is_the_originals_random_state_choice():
     assert not np.any(train & valid) and np.all(train | valid)
     assert set(ids[valid]) == set(expected.tolist())
     assert set(ids[train]).isdisjoint(expected.tolist())
+
+
+def test_look_alike_pairs_are_built_alike_within_each_split():
+    """``look_alike`` pairs the identities of each split in order: the
+    second of a pair has the first's build, pattern and bag, and colours
+    off by about the spread; without it the same ids are drawn apart."""
+    from cosine_metric_learning.datasets import synthetic
+    splits = (np.arange(1, 7), np.arange(10, 15))  # one left unpaired
+    alike = synthetic._people(np.random.default_rng(0), splits, 5.0, 1)
+    apart = synthetic._people(np.random.default_rng(0), splits, 0.0, 1)
+    assert alike.keys() == apart.keys()
+    shifts = []
+    for ids in splits:
+        for first, second in zip(ids[0::2], ids[1::2]):
+            for key in ("pattern", "bag", "width", "legs"):
+                assert alike[second][key] == alike[first][key]
+            for key in synthetic.COLOUR_KEYS:
+                shifts.append(alike[second][key] - alike[first][key])
+                np.testing.assert_array_equal(alike[first][key],
+                                              apart[first][key])
+        if len(ids) % 2:  # the one left unpaired is as drawn
+            np.testing.assert_array_equal(alike[ids[-1]]["shirt"],
+                                          apart[ids[-1]]["shirt"])
+    shifts = np.abs(np.concatenate(shifts))
+    assert 2 < shifts.mean() < 8  # about 0.8 of the spread, clipped
+    spread_apart = np.mean([np.abs(apart[b]["shirt"] - apart[a]["shirt"])
+                            for a, b in ((1, 2), (3, 4), (5, 6))])
+    assert spread_apart > 20  # independent draws: about 85 apart

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -503,3 +504,25 @@ def test_other_tools_class_numbers_and_a_short_sequence(short_dir, trained,
     assert result.returncode == 0, result.stderr[-3000:]
     assert "gate on the ground truth: none (no track seen 10 frames apart" \
         in result.stdout
+
+
+def test_frames_read_alike_with_and_without_opencv(tmp_path, monkeypatch):
+    """OpenCV's faster decoding gives PIL's pixels in BGR, and neither
+    turns a frame by its EXIF orientation."""
+    from PIL import Image
+    rng = np.random.default_rng(5)
+    rgb = np.asarray(Image.fromarray(rng.integers(
+        0, 256, (15, 20, 3), dtype=np.uint8)).resize((160, 120)))
+    path = tmp_path / "000001.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 degrees to display"
+    Image.fromarray(rgb).save(path, quality=90, exif=exif)
+    assert mot._decode_jpeg(path.read_bytes()) is not None  # OpenCV's
+    fast = mot.read_frame(str(path))
+    monkeypatch.setitem(sys.modules, "cv2", None)  # as if not installed
+    assert mot._decode_jpeg(path.read_bytes()) is None
+    slow = mot.read_frame(str(path))
+    assert fast.shape == (120, 160, 3) and fast.dtype == np.uint8
+    np.testing.assert_array_equal(fast, slow)
+    with Image.open(path) as image:
+        np.testing.assert_array_equal(slow, np.asarray(image)[..., ::-1])

@@ -24,17 +24,6 @@ from cosine_metric_learning import adapt, mot, track
 from cosine_metric_learning.datasets import synthetic
 
 
-def scenes(folder, text, look_alike, prefix):
-    """Write the scenes of ``text`` (``pairs:frames:seed,...``)."""
-    written = []
-    for k, spec in enumerate(text.split(",")):
-        pairs, frames, seed = (int(v) for v in spec.split(":"))
-        written.append(synthetic.write_mot_sequence(
-            folder, num_pairs=pairs, num_frames=frames, seed=seed,
-            name=f"{prefix}-{k + 1:02d}", look_alike=look_alike))
-    return written
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True)
@@ -49,11 +38,13 @@ def main(argv=None):
     parser.add_argument("--output_json", default=None)
     args = parser.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="adapt_gain.")
-    unlabeled = scenes(os.path.join(tmp, "unlabeled"), args.unlabeled,
-                       args.look_alike, "UNLABELED")
+    unlabeled = synthetic.write_mot_scenes(
+        os.path.join(tmp, "unlabeled"), args.unlabeled, args.look_alike,
+        "UNLABELED")
     # the held-out scenes' seeds draw other people (seeds differ)
-    held_out = scenes(os.path.join(tmp, "held_out"), args.held_out,
-                      args.look_alike, "HELD-OUT")
+    held_out = synthetic.write_mot_scenes(
+        os.path.join(tmp, "held_out"), args.held_out, args.look_alike,
+        "HELD-OUT")
     report = adapt.adapt(args.model, unlabeled, os.path.join(tmp, "adapted"),
                          number_of_steps=args.steps,
                          batch_size=args.batch_size, export="none")

@@ -3,14 +3,18 @@
 Trains every loss mode for the same number of steps and batch size on a
 synthetic Market-1501 set (300 training identities, 100 unseen test
 identities; or ``--dataset_dir``), then measures each with the standard
-test protocol (``--mode=test``) and prints the numbers side by side with
-those of the untrained network. Cosine-softmax runs with each recipe
-(``--recipe``: baseline, original, strong) and with each trick of the
-strong recipe alone::
+test protocol (``--mode=test``), tracks synthetic crossing scenes of
+unseen people with each (IDF1 at the model's self-calibrated gate and at
+the sweep's best), and prints the numbers side by side with those of the
+untrained network and of motion alone. Cosine-softmax runs with each
+recipe (``--recipe``: baseline, original, strong) and with each trick of
+the strong recipe alone. ``--look_alike=20`` makes the harder set: its
+identities, and the scenes' people, come in pairs that look alike::
 
-    python benchmarks/learning.py [--steps=600] [--batch_size=32]
+    python benchmarks/learning.py [--steps=600] [--batch_size=32] \
+        [--look_alike=20] [--repeats=3] [--runs=LABEL,...]
 
-About 5 minutes per run on two CPU cores at the defaults.
+About 6 minutes per run on two CPU cores at the defaults.
 """
 
 import argparse
@@ -27,7 +31,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import logging
 
-from cosine_metric_learning import protocol, settings, training
+from cosine_metric_learning import mot, protocol, settings, track, training
 from cosine_metric_learning.datasets import synthetic
 from cosine_metric_learning.datasets.spec import MARKET1501
 
@@ -51,7 +55,7 @@ RUNS = (
 
 
 def train_and_test(dataset_dir, log_dir, run_number, label, loss_mode,
-                   chosen, args):
+                   chosen, args, tracking):
     """Train one run; returns ``(seconds, test summary, first checkpoint)``."""
     values = dict(loss_mode=loss_mode, batch_size=args.batch_size,
                   number_of_steps=args.steps, save_interval_secs=1e9,
@@ -63,16 +67,41 @@ def train_and_test(dataset_dir, log_dir, run_number, label, loss_mode,
     training.train(MARKET1501, config)
     seconds = time.perf_counter() - start
     run_dir = os.path.join(log_dir, config.run_id)
-    return seconds, _test(dataset_dir, run_dir), os.path.join(
+    return seconds, _test(dataset_dir, run_dir, tracking), os.path.join(
         run_dir, "ckpt-0")
 
 
-def _test(dataset_dir, restore_path):
+def _test(dataset_dir, restore_path, tracking):
+    """The test protocol's numbers of a model and, with ``tracking``, the
+    IDF1s it gives."""
     with contextlib.redirect_stdout(io.StringIO()):  # the table: ours below
-        return protocol.run_test(MARKET1501, restore_path, dataset_dir)
+        numbers = protocol.run_test(MARKET1501, restore_path, dataset_dir)
+    if tracking:
+        numbers.update(tracking(restore_path))
+    return numbers
+
+
+def tracking_of(sequences, folder):
+    """A function of a model (or ``track.NONE``) giving the IDF1 of
+    tracking ``sequences`` (scored together) with it at its
+    self-calibrated gate (``auto``, the gate the project recommends) and
+    at the best gate of the sweep; each in a new folder under ``folder``."""
+    count = iter(range(1, 10 ** 6))
+    os.makedirs(folder, exist_ok=True)
+
+    def idf1(model):
+        summary = track.evaluate(
+            [model], sequences, "det", os.path.join(folder, str(next(count))),
+            sweep=True, parameters={"max_cosine_distance": track.AUTO})
+        entry = summary["models"][model]
+        return {"IDF1 auto": entry["runs"][0]["metrics"]["COMBINED"]["IDF1"],
+                "IDF1 best": entry["best"]["metrics"]["COMBINED"]["IDF1"]}
+
+    return idf1
 
 
 METRICS = ("rank-1", "mAP", "mINP")
+TRACKING = ("IDF1 auto", "IDF1 best")
 
 
 def _spread(values):
@@ -96,6 +125,11 @@ def main(argv=None):
                         help="the synthetic set's identities in pairs whose "
                         "colours differ by about this much (0-255): a "
                         "harder set; 0 draws them independently")
+    parser.add_argument("--scenes", default="5:120:31,8:120:32,10:120:33",
+                        help="pairs:frames:seed of each synthetic crossing "
+                        "scene of unseen people (look-alike pairs with "
+                        "--look_alike) tracked with each model; none: no "
+                        "tracking")
     parser.add_argument("--runs", default=",".join(r[0] for r in RUNS),
                         help="comma-separated labels of the runs to make")
     parser.add_argument("--output_json", help="write every run's numbers")
@@ -114,6 +148,13 @@ def main(argv=None):
         dataset_dir = args.dataset_dir or synthetic.write_market1501(
             os.path.join(tmp, "Market-1501-synthetic"),
             look_alike=args.look_alike)
+        tracking, metrics, motion = None, METRICS, None
+        if args.scenes != "none":
+            tracking = tracking_of(
+                [mot.read_sequence(s) for s in synthetic.write_mot_scenes(
+                    os.path.join(tmp, "scenes"), args.scenes,
+                    args.look_alike)], os.path.join(tmp, "tracking"))
+            metrics, motion = METRICS + TRACKING, tracking(track.NONE)
         untrained = None
         for repeat in range(args.repeats):
             for number, (label, loss_mode, values) in enumerate(RUNS):
@@ -124,33 +165,43 @@ def main(argv=None):
                       flush=True)
                 seconds, summary, first = train_and_test(
                     dataset_dir, os.path.join(tmp, "runs"),
-                    f"{number}_{repeat}", label, loss_mode, values, args)
+                    f"{number}_{repeat}", label, loss_mode, values, args,
+                    tracking)
                 if untrained is None:  # the initial weights, before a step
-                    untrained = _test(dataset_dir, first)
+                    untrained = _test(dataset_dir, first, tracking)
                 results.setdefault(label, []).append((seconds, summary))
     harder = (f", look-alike pairs {args.look_alike:g}"
               if args.look_alike else "")
     print(f"\nMarket-1501 layout{harder}, {args.steps} steps of batch "
           f"{args.batch_size}, test split (unseen identities), "
           f"{os.cpu_count()} CPU cores, {args.repeats} run(s) each")
-    width = 13 if args.repeats > 1 else 6
+    if tracking:
+        print(f"IDF1: crossing scenes {args.scenes} of unseen people, scored "
+              "together, at the model's self-calibrated gate (auto) and at "
+              "the sweep's best")
+    width = 13 if args.repeats > 1 else 9
     print(f"{'run':32s} {'train s':>8s} " + " ".join(
-        f"{m:>{width}s}" for m in METRICS))
+        f"{m:>{width}s}" for m in metrics))
+    if motion:
+        print(f"{'motion only':32s} {'':8s} " + " ".join(
+            f"{_spread([motion[m]]) if m in motion else '':>{width}s}"
+            for m in metrics))
     print(f"{'untrained':32s} {'':8s} " + " ".join(
-        f"{_spread([untrained[m]]):>{width}s}" for m in METRICS))
+        f"{_spread([untrained[m]]):>{width}s}" for m in metrics))
     for label, runs in results.items():
         seconds = np.mean([s for s, _ in runs])
         print(f"{label:32s} {seconds:8.0f} " + " ".join(
             f"{_spread([summary[m] for _, summary in runs]):>{width}s}"
-            for m in METRICS))
+            for m in metrics))
     if args.output_json:
         with open(args.output_json, "w") as f:
-            json.dump({"settings": vars(args), "untrained": {
-                m: untrained[m] for m in METRICS}, "runs": {
-                label: [{"seconds": seconds, **{m: summary[m]
-                                                for m in METRICS}}
-                        for seconds, summary in runs]
-                for label, runs in results.items()}}, f, indent=1)
+            json.dump({"settings": vars(args), "motion_only": motion,
+                       "untrained": {m: untrained[m] for m in metrics},
+                       "runs": {label: [{"seconds": seconds,
+                                         **{m: summary[m] for m in metrics}}
+                                        for seconds, summary in runs]
+                                for label, runs in results.items()}},
+                      f, indent=1)
 
 
 if __name__ == "__main__":

@@ -549,6 +549,19 @@ def write_mot_sequence(output_dir, num_pairs=4, num_frames=160, seed=0,
     return folder
 
 
+def write_mot_scenes(folder, text, look_alike=0.0, prefix="SCENE"):
+    """Crossing scenes (:func:`write_mot_sequence`) in ``folder``, one for
+    each ``pairs:frames:seed`` of the comma-separated ``text``, named
+    ``<prefix>-01``, ...; returns their folders."""
+    written = []
+    for k, spec in enumerate(text.split(",")):
+        pairs, frames, seed = (int(v) for v in spec.split(":"))
+        written.append(write_mot_sequence(
+            folder, num_pairs=pairs, num_frames=frames, seed=seed,
+            name=f"{prefix}-{k + 1:02d}", look_alike=look_alike))
+    return written
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layout",

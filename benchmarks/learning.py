@@ -20,6 +20,7 @@ About 6 minutes per run on two CPU cores at the defaults.
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import os
 import tempfile
@@ -86,7 +87,7 @@ def tracking_of(sequences, folder):
     tracking ``sequences`` (scored together) with it at its
     self-calibrated gate (``auto``, the gate the project recommends) and
     at the best gate of the sweep; each in a new folder under ``folder``."""
-    count = iter(range(1, 10 ** 6))
+    count = itertools.count(1)
     os.makedirs(folder, exist_ok=True)
 
     def idf1(model):

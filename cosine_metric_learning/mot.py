@@ -620,8 +620,7 @@ def encode_rows(encoder, sequence, rows, progress_secs=10.0,
             index, cut = upcoming.result()
             if n + 1 < len(frames):  # decoded and cut while this one is
                 upcoming = reader.submit(patches, n + 1)  # encoded
-            if len(index):
-                features[index] = encoder(cut)
+            features[index] = encoder(cut)  # every frame has a row
             if frame_times is not None:
                 frame_times.append(time.perf_counter())
             if time.time() - last >= progress_secs or n == len(frames) - 1:

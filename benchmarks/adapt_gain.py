@@ -37,6 +37,11 @@ def main(argv=None):
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--output_json", default=None)
     args = parser.parse_args(argv)
+    for flag in ("unlabeled", "held_out"):
+        try:
+            synthetic.parse_scenes(getattr(args, flag))
+        except ValueError as e:
+            parser.error(f"--{flag}: {e}")
     tmp = tempfile.mkdtemp(prefix="adapt_gain.")
     unlabeled = synthetic.write_mot_scenes(
         os.path.join(tmp, "unlabeled"), args.unlabeled, args.look_alike,

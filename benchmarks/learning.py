@@ -139,6 +139,11 @@ def main(argv=None):
     if args.look_alike and args.dataset_dir:
         parser.error("--look_alike makes the synthetic set: not with "
                      "--dataset_dir")
+    if args.scenes != "none":
+        try:
+            synthetic.parse_scenes(args.scenes)
+        except ValueError as e:
+            parser.error(f"--scenes: {e}")
     chosen = args.runs.split(",")
     unknown = set(chosen) - {r[0] for r in RUNS}
     if unknown:

@@ -549,13 +549,26 @@ def write_mot_sequence(output_dir, num_pairs=4, num_frames=160, seed=0,
     return folder
 
 
+def parse_scenes(text):
+    """``(pairs, frames, seed)`` of each ``pairs:frames:seed`` of the
+    comma-separated ``text``; ValueError naming the one that is not."""
+    scenes = []
+    for spec in text.split(","):
+        parts = spec.split(":")
+        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts) \
+                or int(parts[0]) < 1 or int(parts[1]) < 1:
+            raise ValueError(f"scene '{spec}': expected pairs:frames:seed, "
+                             "whole numbers, at least one pair and frame")
+        scenes.append(tuple(int(p) for p in parts))
+    return scenes
+
+
 def write_mot_scenes(folder, text, look_alike=0.0, prefix="SCENE"):
     """Crossing scenes (:func:`write_mot_sequence`) in ``folder``, one for
     each ``pairs:frames:seed`` of the comma-separated ``text``, named
     ``<prefix>-01``, ...; returns their folders."""
     written = []
-    for k, spec in enumerate(text.split(",")):
-        pairs, frames, seed = (int(v) for v in spec.split(":"))
+    for k, (pairs, frames, seed) in enumerate(parse_scenes(text)):
         written.append(write_mot_sequence(
             folder, num_pairs=pairs, num_frames=frames, seed=seed,
             name=f"{prefix}-{k + 1:02d}", look_alike=look_alike))

@@ -162,3 +162,13 @@ def test_look_alike_pairs_are_built_alike_within_each_split():
     spread_apart = np.mean([np.abs(apart[b]["shirt"] - apart[a]["shirt"])
                             for a, b in ((1, 2), (3, 4), (5, 6))])
     assert spread_apart > 20  # independent draws: about 85 apart
+
+
+@pytest.mark.parametrize("text", ["5:120", "5:120:31,x:1:2", "0:120:1",
+                                  "5:0:1", "5:120:31,"])
+def test_scene_lists_name_the_scene_that_is_not_pairs_frames_seed(text):
+    from cosine_metric_learning.datasets import synthetic
+    assert synthetic.parse_scenes("5:120:31,8:60:2") == [(5, 120, 31),
+                                                         (8, 60, 2)]
+    with pytest.raises(ValueError, match="expected pairs:frames:seed"):
+        synthetic.parse_scenes(text)

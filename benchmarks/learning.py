@@ -51,6 +51,7 @@ RUNS = (
     ("cosine-softmax + margin", "cosine-softmax",
      {"cosine_margin": settings.RECIPES["strong"]["cosine_margin"]}),
     ("cosine-softmax + BNNeck", "cosine-softmax", {"bnneck": True}),
+    ("cosine-softmax + imprint", "cosine-softmax", {"imprint": True}),
     ("cosine-softmax (strong)", "cosine-softmax", {"recipe": "strong"}),
 )
 

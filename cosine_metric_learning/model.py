@@ -6,6 +6,7 @@ import dataclasses
 from typing import Optional
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from cosine_metric_learning import losses, preprocessing
@@ -36,11 +37,16 @@ class Tricks:
     cosine_margin : float
         m subtracted from the true class's cosine before the scale
         (:func:`losses.additive_margin`).
+    imprint : bool
+        A new classifier's mean vectors start at the mean features of each
+        class's training images under the starting encoder
+        (:func:`imprint`), not at random.
     """
     warmup_steps: int = 0
     random_erasing: float = 0.0
     label_smoothing: float = 0.0
     cosine_margin: float = 0.0
+    imprint: bool = False
 
 
 @keras.saving.register_keras_serializable("cosine_metric_learning")
@@ -86,6 +92,26 @@ class TrainingModel:
 
     def weight_loss(self):
         return tf.add_n([term for m in self.models for term in m.losses])
+
+
+def imprint(classifier, features, labels):
+    """Set each class's mean vector of the cosine-softmax ``classifier``
+    to the normalised mean of its rows of ``features`` ``(N, D)``
+    (``labels`` ``(N,)``, class indices): "imprinted weights" (Qi et al.
+    2018). A class without rows keeps its vector. Returns the number of
+    classes set."""
+    head = classifier.get_layer("ball")
+    vectors = head.mean_vectors.numpy()
+    features = np.asarray(features, np.float64)
+    labels = np.asarray(labels)
+    classes = np.unique(labels)
+    for label in classes:
+        mean = features[labels == label].mean(axis=0)
+        norm = np.linalg.norm(mean)
+        if norm > 0:  # features that cancel out say nothing: kept random
+            vectors[:, label] = mean / norm
+    head.mean_vectors.assign(vectors)
+    return len(classes)
 
 
 @contextlib.contextmanager

@@ -191,6 +191,10 @@ class TrainConfig(RunConfig):
         "A new run of the paper's network gets a batch norm before the "
         "features' normalisation (a BNNeck, Luo et al. 2019; the features "
         "stay unit-length 128-d)")
+    imprint: Optional[bool] = recipe_setting(
+        "cosine-softmax: a new classifier starts at each identity's mean "
+        "feature under the starting encoder (imprinted weights, Qi et al. "
+        "2018), from up to 8 of its training images")
     restore_classifier: bool = setting(
         True, "With --restore_path, also restore the classifier; "
         "--norestore_classifier fine-tunes on other identities.")

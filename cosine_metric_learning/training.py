@@ -23,6 +23,7 @@ import tensorflow as tf
 from absl import logging
 
 from cosine_metric_learning import checkpoints, distribute, model as model_lib
+from cosine_metric_learning import features as features_lib
 from cosine_metric_learning import image_cache, queued_trainer
 from cosine_metric_learning import run_settings, sampling
 from cosine_metric_learning import summaries
@@ -169,6 +170,10 @@ class _Run:
         self.manager = tf.train.CheckpointManager(checkpoint, self.save_dir,
                                                   max_to_keep=None)
         self.last_path = None
+        # a classifier neither continued nor restored starts at random
+        self.new_classifier = self.model.classifier is not None and not (
+            self.manager.latest_checkpoint
+            or (config.restore_path and config.restore_classifier))
         if self.manager.latest_checkpoint:
             self.last_path = checkpoints.newest_complete(config.run_dir)
             checkpoints.continue_run(checkpoint, objects, self.last_path,
@@ -387,6 +392,9 @@ def train(dataset, config):
     trainer = _input_pipeline(dataset, config, filenames, ids)
     prepare_run_dir(dataset, config, chief)
     run = _Run(dataset, config, strategy, chief, trainer)
+    if config.tricks.imprint and run.new_classifier:
+        _imprint(run.model, dataset.image_shape, filenames, ids,
+                 config.batch_size)
     logging.info(
         "Training %s on %d images of %d identities (%s, batch %d = %d x %d"
         "%s); writing to %s", dataset.name, len(ids), len(np.unique(ids)),
@@ -409,6 +417,32 @@ def train(dataset, config):
     # a worker's own checkpoints went with its scratch folder
     return TrainResult(run.current_step(), run.last_path if chief else None,
                        stop.received)
+
+
+IMPRINT_IMAGES = 8  # per identity, for --imprint
+
+
+def _imprint(model, image_shape, filenames, ids, batch_size):
+    """Start the classifier at the identities' mean features
+    (:func:`model.imprint`) of up to :data:`IMPRINT_IMAGES` training
+    images each, chosen at random (seeded); unreadable ones are left
+    out."""
+    start = time.perf_counter()
+    rng = np.random.default_rng(0)
+    chosen = np.concatenate([
+        rng.permutation(np.flatnonzero(ids == label))[:IMPRINT_IMAGES]
+        for label in np.unique(ids)])
+    encode = features_lib.make_encode_fn(model.encoder, image_shape,
+                                         batch_size)
+    features, bad = features_lib.encode_or_blame(
+        encode, filenames[chosen], image_shape)
+    if bad:
+        chosen = np.delete(chosen, sorted(bad))
+        features = encode(filenames[chosen])
+    count = model_lib.imprint(model.classifier, features, ids[chosen])
+    logging.info("Imprinted the classifier's %d identities from %d images "
+                 "in %.1f s", count, len(chosen),
+                 time.perf_counter() - start)
 
 
 def _input_pipeline(dataset, config, filenames, ids):

@@ -194,6 +194,58 @@ def test_a_step_with_every_trick(market_dir):
     assert losses_of["all"] > losses_of["none"]
 
 
+def test_imprinting_sets_each_class_to_its_normalised_mean_feature():
+    classifier = network_definition.create_classifier(4)
+    before = classifier.get_layer("ball").mean_vectors.numpy().copy()
+    features = np.array([[3.0, 0, 0], [1, 0, 0], [0, 2, 0], [0, 0, 1],
+                         [0, 0, 1]])
+    features = np.pad(features, ((0, 0), (0, 125)))  # 128-d
+    labels = np.array([0, 0, 2, 1, 1])
+    assert model_lib.imprint(classifier, features, labels) == 3
+    after = classifier.get_layer("ball").mean_vectors.numpy()
+    expected = {0: [1, 0, 0], 1: [0, 0, 1], 2: [0, 1, 0]}
+    for label, direction in expected.items():
+        np.testing.assert_allclose(after[:3, label], direction, atol=1e-7)
+        np.testing.assert_allclose(after[3:, label], 0.0, atol=1e-7)
+    np.testing.assert_array_equal(after[:, 3], before[:, 3])  # no images
+    # each class's own mean now has the largest logit
+    logits = classifier(features[[0, 3, 2]].astype(np.float32)).numpy()
+    np.testing.assert_array_equal(logits.argmax(axis=1), [0, 1, 2])
+
+
+def test_an_imprinted_run_starts_at_its_identities_mean_features(
+        market_dir, tmp_path):
+    source = training.train(MARKET, _config(market_dir, tmp_path, "source",
+                                             number_of_steps=1))
+    # a learning rate of 1e-12 leaves the step's weights where they began
+    tuned = training.train(MARKET, _config(
+        market_dir, tmp_path, "imprinted", number_of_steps=1,
+        learning_rate=1e-12, imprint=True, restore_classifier=False,
+        restore_path=os.path.dirname(source.checkpoint)))
+    encoder = restored_encoder(source.checkpoint)
+    filenames, ids = training.read_training_data(
+        MARKET, _config(market_dir, tmp_path))
+    classifier = network_definition.create_classifier(MARKET.num_classes)
+    tf.train.Checkpoint(classifier=classifier).restore(
+        tuned.checkpoint).expect_partial()
+    vectors = classifier.get_layer("ball").mean_vectors.numpy()
+    vectors = vectors / np.linalg.norm(vectors, axis=0)
+    checked = 0
+    for label in np.unique(ids):
+        mine = filenames[ids == label]
+        if len(mine) > training.IMPRINT_IMAGES:
+            continue  # a random subset of them was imprinted
+        images = np.stack([tf.io.decode_jpeg(tf.io.read_file(f)).numpy()
+                           for f in mine])
+        assert images.shape[1:] == (128, 64, 3)  # no resize to repeat
+        mean = encoder(images.astype(np.float32) / 255.0,
+                       training=False).numpy().mean(axis=0)
+        np.testing.assert_allclose(vectors[:, label],
+                                   mean / np.linalg.norm(mean), atol=1e-4)
+        checked += 1
+    assert checked > 10
+
+
 def test_the_strong_recipe_trains_a_bnneck_the_run_records(market_dir,
                                                             tmp_path):
     config = _config(market_dir, tmp_path, run_id="strong", recipe="strong",

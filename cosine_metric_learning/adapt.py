@@ -8,7 +8,8 @@ command.
 1. The sequences' confident motion-only tracklets become identity folders
    (:mod:`datasets.tracklets`): ``OUT/tracklets/``.
 2. ``--model`` is fine-tuned on them with a new classifier (its network
-   and input size): ``OUT/run/``.
+   and input size) that starts at each tracklet's mean feature under
+   ``--model`` (``--imprint``): ``OUT/run/``.
 3. The self-calibrated gate of the model before and after, measured on
    the same tracklets (the share of same-tracklet pairs it cuts at 1 %
    false accepts: lower is better), and where the sequences have
@@ -104,7 +105,7 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
     folder = os.path.join(output_dir, "tracklets")
     config = settings.TrainConfig(
         dataset_dir=folder, log_dir=output_dir, run_id="run",
-        restore_path=prefix, restore_classifier=False,
+        restore_path=prefix, restore_classifier=False, imprint=True,
         number_of_steps=number_of_steps, batch_size=batch_size)
     config.validate()
     report_path = os.path.join(output_dir, "adapt.json")

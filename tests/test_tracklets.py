@@ -227,6 +227,9 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
     assert report["tracklets"]["identities"] == len(os.listdir(
         out / "tracklets")) - 1  # and the manifest
     assert os.path.basename(report["adapted"]).startswith("ckpt-")
+    # its classifier started at the tracklets' mean features
+    recorded = json.loads((out / "run" / "run.json").read_text())
+    assert recorded["recipe_settings"]["imprint"] is True
     for when in ("before", "after"):  # the scene has ground truth
         assert 0 < report[when]["IDF1"] <= 1
         _check_bounds(report[when]["self_calibrated_gate"])

@@ -94,6 +94,9 @@ class TrainingModel:
         return tf.add_n([term for m in self.models for term in m.losses])
 
 
+IMPRINT_IMAGES = 8  # training images per identity that --imprint encodes
+
+
 def imprint(classifier, features, labels):
     """Set each class's mean vector of the cosine-softmax ``classifier``
     to the normalised mean of its rows of ``features`` ``(N, D)``

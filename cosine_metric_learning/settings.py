@@ -19,6 +19,7 @@ from cosine_metric_learning import image_cache, kit_features, losses
 from cosine_metric_learning import queued_trainer
 from cosine_metric_learning import rerank as rerank_lib
 from cosine_metric_learning.errors import UsageError
+from cosine_metric_learning.model import IMPRINT_IMAGES
 from cosine_metric_learning.model import MIXED_PRECISION_POLICIES, Tricks
 from cosine_metric_learning.nets.deep_sort import network_definition
 
@@ -194,7 +195,7 @@ class TrainConfig(RunConfig):
     imprint: Optional[bool] = recipe_setting(
         "cosine-softmax: a new classifier starts at each identity's mean "
         "feature under the starting encoder (imprinted weights, Qi et al. "
-        "2018), from up to 8 of its training images")
+        f"2018), from up to {IMPRINT_IMAGES} of its training images")
     restore_classifier: bool = setting(
         True, "With --restore_path, also restore the classifier; "
         "--norestore_classifier fine-tunes on other identities.")

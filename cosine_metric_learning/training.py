@@ -392,9 +392,6 @@ def train(dataset, config):
     trainer = _input_pipeline(dataset, config, filenames, ids)
     prepare_run_dir(dataset, config, chief)
     run = _Run(dataset, config, strategy, chief, trainer)
-    if config.tricks.imprint and run.new_classifier:
-        _imprint(run.model, dataset.image_shape, filenames, ids,
-                 config.batch_size)
     logging.info(
         "Training %s on %d images of %d identities (%s, batch %d = %d x %d"
         "%s); writing to %s", dataset.name, len(ids), len(np.unique(ids)),
@@ -411,6 +408,10 @@ def train(dataset, config):
                             run.current_step(), config.number_of_steps)
         else:
             with stop, trainer:
+                # a stop while imprinting keeps the imprinted start
+                if config.tricks.imprint and run.new_classifier:
+                    _imprint(run.model, dataset.image_shape, filenames, ids,
+                             config.batch_size)
                 _loop(run, stop)
     finally:
         run.close()
@@ -419,18 +420,16 @@ def train(dataset, config):
                        stop.received)
 
 
-IMPRINT_IMAGES = 8  # per identity, for --imprint
-
-
 def _imprint(model, image_shape, filenames, ids, batch_size):
     """Start the classifier at the identities' mean features
-    (:func:`model.imprint`) of up to :data:`IMPRINT_IMAGES` training
+    (:func:`model.imprint`) of up to :data:`model.IMPRINT_IMAGES` training
     images each, chosen at random (seeded); unreadable ones are left
     out."""
     start = time.perf_counter()
     rng = np.random.default_rng(0)
     chosen = np.concatenate([
-        rng.permutation(np.flatnonzero(ids == label))[:IMPRINT_IMAGES]
+        rng.permutation(np.flatnonzero(ids == label))[
+            :model_lib.IMPRINT_IMAGES]
         for label in np.unique(ids)])
     encode = features_lib.make_encode_fn(model.encoder, image_shape,
                                          batch_size)

@@ -233,7 +233,7 @@ def test_an_imprinted_run_starts_at_its_identities_mean_features(
     checked = 0
     for label in np.unique(ids):
         mine = filenames[ids == label]
-        if len(mine) > training.IMPRINT_IMAGES:
+        if len(mine) > model_lib.IMPRINT_IMAGES:
             continue  # a random subset of them was imprinted
         images = np.stack([tf.io.decode_jpeg(tf.io.read_file(f)).numpy()
                            for f in mine])

@@ -437,6 +437,10 @@ def _imprint(model, image_shape, filenames, ids, batch_size):
         encode, filenames[chosen], image_shape)
     if bad:
         chosen = np.delete(chosen, sorted(bad))
+        if not len(chosen):  # the trainer names them and stops
+            logging.warning("No image to imprint the classifier with: it "
+                            "starts at random")
+            return
         features = encode(filenames[chosen])
     count = model_lib.imprint(model.classifier, features, ids[chosen])
     logging.info("Imprinted the classifier's %d identities from %d images "

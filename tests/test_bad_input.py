@@ -521,7 +521,9 @@ def test_encode_cli_flag_errors_exit_2(tmp_path):
     one_error_line(result, "--images", "--output")
 
 
-def test_custom_data_all_unreadable_fails_without_a_checkpoint(tmp_path):
+@pytest.mark.parametrize("imprint", ["--noimprint", "--imprint"])
+def test_custom_data_all_unreadable_fails_without_a_checkpoint(tmp_path,
+                                                                imprint):
     root = tmp_path / "people"
     synthetic.write_identity_folders(str(root), num_ids=12, seed=1)
     for path in root.glob("*/*.jpg"):
@@ -529,7 +531,7 @@ def test_custom_data_all_unreadable_fails_without_a_checkpoint(tmp_path):
     result = run_script("train_custom.py", f"--dataset_dir={root}",
                         f"--log_dir={tmp_path / 'logs'}", "--run_id=run",
                         "--batch_size=16", "--number_of_steps=2",
-                        "--max_unreadable_fraction=0.05")
+                        "--max_unreadable_fraction=0.05", imprint)
     line = one_error_line(result, "training images are unreadable",
                            status=1)
     count = int(line.split()[1])

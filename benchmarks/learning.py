@@ -52,6 +52,7 @@ RUNS = (
      {"cosine_margin": settings.RECIPES["strong"]["cosine_margin"]}),
     ("cosine-softmax + BNNeck", "cosine-softmax", {"bnneck": True}),
     ("cosine-softmax + imprint", "cosine-softmax", {"imprint": True}),
+    ("cosine-softmax + triplet", "cosine-softmax", {"triplet_weight": 1.0}),
     ("cosine-softmax (strong)", "cosine-softmax", {"recipe": "strong"}),
 )
 

@@ -41,12 +41,17 @@ class Tricks:
         A new classifier's mean vectors start at the mean features of each
         class's training images under the starting encoder
         (:func:`imprint`), not at random.
+    triplet_weight : float
+        The soft-margin batch-hard triplet loss of the features, times this,
+        is added to the trained loss (cosine-softmax's or magnet's;
+        :func:`losses.soft_margin_triplet_loss`).
     """
     warmup_steps: int = 0
     random_erasing: float = 0.0
     label_smoothing: float = 0.0
     cosine_margin: float = 0.0
     imprint: bool = False
+    triplet_weight: float = 0.0
 
 
 @keras.saving.register_keras_serializable("cosine_metric_learning")
@@ -165,7 +170,8 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False,
                     tricks=Tricks()):
     """One optimisation step on a batch; wrap it in a ``tf.function``.
     ``tricks`` (:class:`Tricks`) adds random erasing to the images, the
-    margin to the logits and the smoothing to the cosine-softmax loss.
+    margin to the logits, the smoothing to the cosine-softmax loss and the
+    weighted triplet loss to it.
 
     Returns
     -------
@@ -208,6 +214,8 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False,
                 metrics["scale"] = tf.reduce_mean(scale)
             weight_loss = tf.cast(model.weight_loss(), tf.float32)
             total = terms[trained] + weight_loss
+            if tricks.triplet_weight and trained != "triplet_loss":
+                total += tricks.triplet_weight * terms["triplet_loss"]
             # replicas' gradients are summed: each contributes its share
             replicas = tf.distribute.get_replica_context().num_replicas_in_sync
             scaled = total / replicas

@@ -196,6 +196,10 @@ class TrainConfig(RunConfig):
         "cosine-softmax: a new classifier starts at each identity's mean "
         "feature under the starting encoder (imprinted weights, Qi et al. "
         f"2018), from up to {IMPRINT_IMAGES} of its training images")
+    triplet_weight: Optional[float] = recipe_setting(
+        "cosine-softmax, magnet: add the soft-margin batch-hard triplet loss "
+        "of the features, times this (the identity and triplet losses together, "
+        "Luo et al. 2019); 0: none", _not_negative)
     restore_classifier: bool = setting(
         True, "With --restore_path, also restore the classifier; "
         "--norestore_classifier fine-tunes on other identities.")

@@ -50,19 +50,22 @@ def write_summaries(writer, step, result, scalars, conv1_1_kernel):
 
 def log_progress(config, step, scalars, steps_per_second, queue_fill,
                  input_wait):
-    """The progress line: step, losses, accuracy (if the loss has one),
-    throughput, queue fill and the share of time spent waiting for
-    input."""
+    """The progress line: step, losses (each term of the total),
+    accuracy (if the loss has one), throughput, queue fill and the share
+    of time spent waiting for input."""
     total = config.number_of_steps
     chosen = scalars["losses/" + losses.get(config.loss_mode).summary_name]
     extra = f"  accuracy {scalars['accuracy']:.3f}" if "accuracy" in scalars \
         else ""
+    weight = config.tricks.triplet_weight
+    added = (f", {weight:g} x triplet {scalars['losses/triplet_loss']:.4f}"
+             if weight and config.loss_mode != "triplet" else "")
     logging.info(
-        "step %d%s  loss %.4f (%s %.4f, weight %.2e)%s  %.2f steps/s  "
+        "step %d%s  loss %.4f (%s %.4f%s, weight %.2e)%s  %.2f steps/s  "
         "%.1f images/s  queue %.0f%%  input wait %.0f%%", step,
         f"/{total}" if total else "", scalars["losses/total_loss"],
-        config.loss_mode, chosen, scalars["losses/weight_loss"], extra,
-        steps_per_second, steps_per_second * config.batch_size,
+        config.loss_mode, chosen, added, scalars["losses/weight_loss"],
+        extra, steps_per_second, steps_per_second * config.batch_size,
         100.0 * queue_fill, 100.0 * input_wait)
 
 

@@ -166,7 +166,9 @@ def test_recipes_set_what_is_not_given():
                           "one of original, baseline, strong"),
                          (dict(random_erasing=1.5), "--random_erasing=1.5"),
                          (dict(cosine_margin=-0.1), "--cosine_margin=-0.1"),
-                         (dict(warmup_steps=-1), "--warmup_steps=-1")):
+                         (dict(warmup_steps=-1), "--warmup_steps=-1"),
+                         (dict(triplet_weight=-1.0),
+                          "--triplet_weight=-1.0: expected a number >= 0")):
         with pytest.raises(UsageError, match=re.escape(message)):
             settings.TrainConfig(**bad, **base).validate()
 
@@ -192,6 +194,29 @@ def test_a_step_with_every_trick(market_dir):
             result["scalars"]["losses/cosine_softmax_loss"])
     assert np.isfinite(list(losses_of.values())).all()
     assert losses_of["all"] > losses_of["none"]
+
+
+@pytest.mark.parametrize("loss_mode", ["cosine-softmax", "triplet"])
+def test_the_triplet_weight_adds_the_weighted_triplet_loss(loss_mode):
+    """The total is the trained loss, the weight loss and 0.5 x the
+    triplet loss of the same features; the triplet loss itself is not
+    added to itself."""
+    images = tf.random.uniform((16, 128, 64, 3), seed=1)
+    labels = tf.constant(np.repeat(np.arange(4), 4), tf.int64)
+    keras.utils.set_random_seed(0)
+    model = model_lib.create_model(MARKET, loss_mode)
+    step = tf.Variable(0, dtype=tf.int64)
+    scalars = tf.function(model_lib.make_train_step(
+        model, model_lib.create_optimizer(1e-3), loss_mode, step,
+        tricks=model_lib.Tricks(triplet_weight=0.5)))(
+            images, labels)["scalars"]
+    value = {k: float(v) for k, v in scalars.items()}
+    trained = value["losses/" + losses.get(loss_mode).summary_name]
+    added = 0.5 * value["losses/triplet_loss"] if loss_mode != "triplet" \
+        else 0.0
+    assert value["losses/triplet_loss"] > 0.1
+    assert value["losses/total_loss"] == pytest.approx(
+        trained + value["losses/weight_loss"] + added, rel=1e-5)
 
 
 def test_imprinting_sets_each_class_to_its_normalised_mean_feature():

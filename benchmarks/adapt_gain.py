@@ -28,9 +28,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--look_alike", type=float, default=40.0)
-    parser.add_argument("--unlabeled", default="5:160:21,5:160:22,5:160:23",
+    parser.add_argument("--unlabeled", default="5:215:21,5:215:22,5:215:23",
                         help="pairs:frames:seed of each unlabeled scene")
-    parser.add_argument("--held_out", default="5:120:31,8:120:32,10:120:33",
+    parser.add_argument("--held_out", default=synthetic.HELD_OUT_SCENES,
                         help="pairs:frames:seed of each held-out scene "
                         "(scored together)")
     parser.add_argument("--steps", type=int, default=300)

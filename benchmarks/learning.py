@@ -128,7 +128,7 @@ def main(argv=None):
                         help="the synthetic set's identities in pairs whose "
                         "colours differ by about this much (0-255): a "
                         "harder set; 0 draws them independently")
-    parser.add_argument("--scenes", default="5:120:31,8:120:32,10:120:33",
+    parser.add_argument("--scenes", default=synthetic.HELD_OUT_SCENES,
                         help="pairs:frames:seed of each synthetic crossing "
                         "scene of unseen people (look-alike pairs with "
                         "--look_alike) tracked with each model; none: no "

@@ -20,6 +20,7 @@ import sys
 
 import numpy as np
 import scipy.io
+from absl import logging
 from PIL import Image, ImageDraw
 
 from cosine_metric_learning.datasets import market1501, mars, veri
@@ -445,6 +446,24 @@ def _pair_paths(num_pairs, num_frames):
     return paths
 
 
+# the benchmarks' crossing scenes of unseen people (pairs:frames:seed;
+# 10, 16 and 20 people), long enough for every pair to cross
+HELD_OUT_SCENES = "5:215:31,8:250:32,10:280:33"
+
+
+def crossing_frames(num_pairs):
+    """The frame from which the last of ``num_pairs`` pairs is past the
+    pillar (whole again on its far side); a scene with fewer frames has
+    pairs that never cross. Pair k enters at frame 12k + 1."""
+    last = 0
+    for first, _ in _pair_paths(num_pairs, 12 * num_pairs + 2 * MOT_FRAME[0]):
+        rightward = first[0][1] < MOT_PILLAR[0]
+        last = max(last, next(frame for frame, x, _ in first
+                              if _visibility(x) == 1.0
+                              and (x > MOT_PILLAR[0]) == rightward))
+    return last
+
+
 def _visibility(x):
     """The fraction of a box at ``x`` not behind the pillar."""
     left, right = MOT_PILLAR
@@ -566,9 +585,16 @@ def parse_scenes(text):
 def write_mot_scenes(folder, text, look_alike=0.0, prefix="SCENE"):
     """Crossing scenes (:func:`write_mot_sequence`) in ``folder``, one for
     each ``pairs:frames:seed`` of the comma-separated ``text``, named
-    ``<prefix>-01``, ...; returns their folders."""
+    ``<prefix>-01``, ...; returns their folders. A scene too short for
+    every pair to cross (:func:`crossing_frames`) is written with a
+    warning."""
     written = []
     for k, (pairs, frames, seed) in enumerate(parse_scenes(text)):
+        if frames < crossing_frames(pairs):
+            logging.warning(
+                "Scene %d:%d:%d: its last pairs never get past the pillar "
+                "(every pair has from frame %d)", pairs, frames, seed,
+                crossing_frames(pairs))
         written.append(write_mot_sequence(
             folder, num_pairs=pairs, num_frames=frames, seed=seed,
             name=f"{prefix}-{k + 1:02d}", look_alike=look_alike))

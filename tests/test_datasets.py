@@ -172,3 +172,36 @@ def test_scene_lists_name_the_scene_that_is_not_pairs_frames_seed(text):
                                                          (8, 60, 2)]
     with pytest.raises(ValueError, match="expected pairs:frames:seed"):
         synthetic.parse_scenes(text)
+
+
+def test_every_pair_is_past_the_pillar_from_crossing_frames(tmp_path):
+    """The last pair's people are partly hidden until the frame before
+    ``crossing_frames`` and whole from it on (the ground truth's
+    visibility)."""
+    from cosine_metric_learning.datasets import synthetic
+    pairs = 3
+    last = synthetic.crossing_frames(pairs)
+    assert last > 12 * (pairs - 1)
+    folder = synthetic.write_mot_sequence(str(tmp_path), num_pairs=pairs,
+                                          num_frames=last + 5, seed=1)
+    gt = np.loadtxt(os.path.join(folder, "gt", "gt.txt"), delimiter=",")
+    for track in (2 * pairs - 1, 2 * pairs):  # the last pair
+        rows = gt[gt[:, 1] == track]
+        assert rows[:, 8].min() < 0.5  # behind the pillar at some frame
+        assert rows[rows[:, 8] < 1, 0].max() == last - 1
+        assert (rows[rows[:, 0] >= last, 8] == 1).all()
+
+
+def test_a_scene_too_short_for_every_crossing_is_written_with_a_warning(
+        tmp_path, caplog):
+    from cosine_metric_learning.datasets import synthetic
+    needed = synthetic.crossing_frames(1)
+    with caplog.at_level("WARNING"):
+        written = synthetic.write_mot_scenes(
+            str(tmp_path), f"1:{needed - 1}:2,1:{needed}:3")
+    assert len(written) == 2
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelname == "WARNING"]
+    assert warnings == [f"Scene 1:{needed - 1}:2: its last pairs never get "
+                        f"past the pillar (every pair has from frame "
+                        f"{needed})"]

@@ -48,20 +48,20 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True,
                         help="comma-separated models")
-    parser.add_argument("--scenes", default="5:120:11,8:120:12,10:120:13",
+    parser.add_argument("--scenes", default="5:215:11,8:250:12,10:280:13",
                         help="pairs:frames:seed of each synthetic scene")
     parser.add_argument("--look_alike", type=float, default=0.0,
                         help="the two of a pair look alike: their colours "
                         "differ by about this much (0-255)")
     parser.add_argument("--output_json", default=None)
     args = parser.parse_args(argv)
-    folder = tempfile.mkdtemp(prefix="gate_scenes.")
-    sequences = []
-    for k, text in enumerate(args.scenes.split(",")):
-        pairs, frames, seed = (int(v) for v in text.split(":"))
-        sequences.append(mot.read_sequence(synthetic.write_mot_sequence(
-            folder, num_pairs=pairs, num_frames=frames, seed=seed,
-            name=f"CROSS-{k + 1:02d}", look_alike=args.look_alike)))
+    try:
+        synthetic.parse_scenes(args.scenes)
+    except ValueError as e:
+        parser.error(f"--scenes: {e}")
+    sequences = [mot.read_sequence(s) for s in synthetic.write_mot_scenes(
+        tempfile.mkdtemp(prefix="gate_scenes."), args.scenes,
+        args.look_alike, "CROSS")]
     table = {}
     for model in args.model.split(","):
         encoder = encoder_lib.load(model)

@@ -145,7 +145,7 @@ class RunConfig(Config):
 # What each --recipe sets; a flag given on the command line wins.
 # baseline: this project's default since its start; original: the
 # original's numerics; strong: the tricks the learning benchmark found
-# best (benchmarks/learning.py).
+# best on the look-alike set (benchmarks/learning.py, docs/benchmarks.md).
 RECIPE_DEFAULTS = {
     "initial_logit_scale": network_definition.DEFAULT_LOGIT_SCALE,
     **dataclasses.asdict(Tricks()), "bnneck": False}
@@ -153,9 +153,7 @@ RECIPES = {
     "original": {"initial_logit_scale":
                  network_definition.ORIGINAL_LOGIT_SCALE},
     "baseline": {},
-    "strong": {"warmup_steps": 100, "random_erasing": 0.5,
-               "label_smoothing": 0.1, "cosine_margin": 0.1,
-               "bnneck": True},
+    "strong": {"triplet_weight": 1.0},
 }
 
 
@@ -168,8 +166,9 @@ class TrainConfig(RunConfig):
     recipe: str = setting(
         "baseline", "Sets the settings below that are not given: original "
         "(the original's numerics: --initial_logit_scale=0.6931), baseline "
-        "(none of the tricks), strong (warm-up, random erasing, label "
-        "smoothing, a cosine margin and a BNNeck; see docs/training.md).",
+        "(none of the tricks), strong (the batch-hard triplet loss added to "
+        "the cosine-softmax's, the best combination measured; see "
+        "docs/training.md).",
         _one_of(RECIPES))
     initial_logit_scale: Optional[float] = recipe_setting(
         "cosine-softmax: the classifier's logit scale, softplus(scale), "
@@ -198,8 +197,8 @@ class TrainConfig(RunConfig):
         f"2018), from up to {IMPRINT_IMAGES} of its training images")
     triplet_weight: Optional[float] = recipe_setting(
         "cosine-softmax, magnet: add the soft-margin batch-hard triplet loss "
-        "of the features, times this (the identity and triplet losses together, "
-        "Luo et al. 2019); 0: none", _not_negative)
+        "of the features, times this (the identity and triplet losses "
+        "together, Luo et al. 2019); 0: none", _not_negative)
     restore_classifier: bool = setting(
         True, "With --restore_path, also restore the classifier; "
         "--norestore_classifier fine-tunes on other identities.")

@@ -156,12 +156,13 @@ def test_recipes_set_what_is_not_given():
     assert original.recipe_settings["initial_logit_scale"] == \
         pytest.approx(network_definition.ORIGINAL_LOGIT_SCALE)
     assert original.tricks == model_lib.Tricks()
-    strong = settings.TrainConfig(recipe="strong", label_smoothing=0.0,
+    strong = settings.TrainConfig(recipe="strong", triplet_weight=0.5,
                                   **base)
     expected = {**settings.RECIPE_DEFAULTS, **settings.RECIPES["strong"],
-                "label_smoothing": 0.0}  # the flag given wins
+                "triplet_weight": 0.5}  # the flag given wins
     assert strong.recipe_settings == expected
-    assert strong.tricks.warmup_steps == expected["warmup_steps"] > 0
+    assert settings.RECIPES["strong"]["triplet_weight"] > 0
+    assert strong.tricks.triplet_weight == 0.5
     for bad, message in ((dict(recipe="fancy"), "--recipe=fancy: expected "
                           "one of original, baseline, strong"),
                          (dict(random_erasing=1.5), "--random_erasing=1.5"),
@@ -285,17 +286,17 @@ def test_an_imprinted_run_starts_at_its_identities_mean_features(
     assert checked > 10
 
 
-def test_the_strong_recipe_trains_a_bnneck_the_run_records(market_dir,
-                                                            tmp_path):
+def test_the_strong_recipe_with_a_bnneck_trains_and_the_run_records_it(
+        market_dir, tmp_path):
     config = _config(market_dir, tmp_path, run_id="strong", recipe="strong",
-                     warmup_steps=2, number_of_steps=2)
+                     bnneck=True, warmup_steps=2, number_of_steps=2)
     result = training.train(MARKET, config)
     assert result.step == 2
     recorded = json.loads((tmp_path / "strong" / "run.json").read_text())
     assert recorded["recipe"] == "strong"
     assert recorded["recipe_settings"] == {
         **settings.RECIPE_DEFAULTS, **settings.RECIPES["strong"],
-        "warmup_steps": 2}
+        "bnneck": True, "warmup_steps": 2}
     assert recorded["network"] == "deep_sort_bnneck"
     encoder, _ = checkpoints.load_encoder(config.run_dir)
     assert "ball_bn" in [layer.name for layer in encoder.layers]

@@ -235,6 +235,9 @@ def test_the_progress_line_shows_the_added_triplet_term(
     line = caplog.records[-1].getMessage()
     assert line.startswith("step 3/10  loss 2.5000 (")
     assert ("0.5 x triplet 0.2500" in line) is shown, line
+
+
+def test_imprinting_sets_each_class_to_its_normalised_mean_feature():
     classifier = network_definition.create_classifier(4)
     before = classifier.get_layer("ball").mean_vectors.numpy().copy()
     features = np.array([[3.0, 0, 0], [1, 0, 0], [0, 2, 0], [0, 0, 1],

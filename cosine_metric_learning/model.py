@@ -53,6 +53,11 @@ class Tricks:
     imprint: bool = False
     triplet_weight: float = 0.0
 
+    def added_triplet_weight(self, loss_mode):
+        """The weight of the triplet loss added to ``loss_mode``'s: 0 when
+        that is the triplet loss itself."""
+        return 0.0 if loss_mode == "triplet" else self.triplet_weight
+
 
 @keras.saving.register_keras_serializable("cosine_metric_learning")
 class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
@@ -186,6 +191,7 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False,
     """
     variables = model.trainable_variables
     trained = losses.get(loss_mode).summary_name
+    triplet_weight = tricks.added_triplet_weight(loss_mode)
 
     def step_fn(images, labels):
         if tricks.random_erasing:
@@ -214,8 +220,8 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False,
                 metrics["scale"] = tf.reduce_mean(scale)
             weight_loss = tf.cast(model.weight_loss(), tf.float32)
             total = terms[trained] + weight_loss
-            if tricks.triplet_weight and trained != "triplet_loss":
-                total += tricks.triplet_weight * terms["triplet_loss"]
+            if triplet_weight:
+                total += triplet_weight * terms["triplet_loss"]
             # replicas' gradients are summed: each contributes its share
             replicas = tf.distribute.get_replica_context().num_replicas_in_sync
             scaled = total / replicas

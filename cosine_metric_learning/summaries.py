@@ -57,9 +57,9 @@ def log_progress(config, step, scalars, steps_per_second, queue_fill,
     chosen = scalars["losses/" + losses.get(config.loss_mode).summary_name]
     extra = f"  accuracy {scalars['accuracy']:.3f}" if "accuracy" in scalars \
         else ""
-    weight = config.tricks.triplet_weight
+    weight = config.tricks.added_triplet_weight(config.loss_mode)
     added = (f", {weight:g} x triplet {scalars['losses/triplet_loss']:.4f}"
-             if weight and config.loss_mode != "triplet" else "")
+             if weight else "")
     logging.info(
         "step %d%s  loss %.4f (%s %.4f%s, weight %.2e)%s  %.2f steps/s  "
         "%.1f images/s  queue %.0f%%  input wait %.0f%%", step,

@@ -590,11 +590,12 @@ def write_mot_scenes(folder, text, look_alike=0.0, prefix="SCENE"):
     warning."""
     written = []
     for k, (pairs, frames, seed) in enumerate(parse_scenes(text)):
-        if frames < crossing_frames(pairs):
+        needed = crossing_frames(pairs)
+        if frames < needed:
             logging.warning(
                 "Scene %d:%d:%d: its last pairs never get past the pillar "
                 "(every pair has from frame %d)", pairs, frames, seed,
-                crossing_frames(pairs))
+                needed)
         written.append(write_mot_sequence(
             folder, num_pairs=pairs, num_frames=frames, seed=seed,
             name=f"{prefix}-{k + 1:02d}", look_alike=look_alike))

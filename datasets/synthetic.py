@@ -506,11 +506,20 @@ def write_mot_sequence(output_dir, num_pairs=4, num_frames=160, seed=0,
     fine descriptor tells apart. 0 (the default) draws every person on
     their own.
 
+    A scene of fewer than :func:`crossing_frames` frames has pairs that
+    never cross: it is written with a warning.
+
     Returns
     -------
     str
         The sequence folder.
     """
+    needed = crossing_frames(num_pairs)
+    if num_frames < needed:
+        logging.warning(
+            "%s: %d frames are too few for %d pairs: the last never get "
+            "past the pillar (every pair has from frame %d)", name,
+            num_frames, num_pairs, needed)
     rng = np.random.default_rng(seed)
     camera = _cameras(seed + 7)[0]
     width, height = MOT_FRAME
@@ -586,16 +595,10 @@ def write_mot_scenes(folder, text, look_alike=0.0, prefix="SCENE"):
     """Crossing scenes (:func:`write_mot_sequence`) in ``folder``, one for
     each ``pairs:frames:seed`` of the comma-separated ``text``, named
     ``<prefix>-01``, ...; returns their folders. A scene too short for
-    every pair to cross (:func:`crossing_frames`) is written with a
-    warning."""
+    every pair to cross is written with a warning
+    (:func:`write_mot_sequence`)."""
     written = []
     for k, (pairs, frames, seed) in enumerate(parse_scenes(text)):
-        needed = crossing_frames(pairs)
-        if frames < needed:
-            logging.warning(
-                "Scene %d:%d:%d: its last pairs never get past the pillar "
-                "(every pair has from frame %d)", pairs, frames, seed,
-                needed)
         written.append(write_mot_sequence(
             folder, num_pairs=pairs, num_frames=frames, seed=seed,
             name=f"{prefix}-{k + 1:02d}", look_alike=look_alike))
@@ -618,6 +621,12 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", default="SYNTH-01",
                         help="--layout=mot: the sequence's name (its folder)")
+    parser.add_argument("--pairs", type=int, default=4,
+                        help="--layout=mot: the pairs of people who cross")
+    parser.add_argument("--frames", type=int, default=None,
+                        help="--layout=mot: the sequence's length "
+                        "(default: 160, or the frames every pair needs to "
+                        "cross where that is more)")
     parser.add_argument("--look_alike", type=float, default=0.0,
                         help="--layout=mot or market1501: each pair's "
                         "colours differ by about this much (0-255); 0 "
@@ -635,9 +644,18 @@ def main(argv=None):
     if args.look_alike and args.layout not in ("mot", "market1501"):
         parser.error(f"--look_alike with --layout={args.layout}: only the "
                      "mot and market1501 layouts pair look-alikes")
+    if args.pairs < 1:
+        parser.error(f"--pairs={args.pairs}: expected at least 1")
+    if args.frames is not None and args.frames < 1:
+        parser.error(f"--frames={args.frames}: expected at least 1")
+    if args.layout != "mot" and (args.pairs != 4 or args.frames is not None):
+        parser.error(f"--pairs and --frames with --layout={args.layout}: "
+                     "only the mot layout has them")
     if args.layout == "mot":
-        write_mot_sequence(args.output_dir, seed=args.seed, name=args.name,
-                           look_alike=args.look_alike)
+        frames = args.frames or max(160, crossing_frames(args.pairs))
+        write_mot_sequence(args.output_dir, num_pairs=args.pairs,
+                           num_frames=frames, seed=args.seed,
+                           name=args.name, look_alike=args.look_alike)
     elif args.layout == "identity_folders":
         write_identity_folders(args.output_dir, seed=args.seed,
                                num_ids=sizes.get("num_train_ids", 60))

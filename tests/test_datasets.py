@@ -192,6 +192,38 @@ def test_every_pair_is_past_the_pillar_from_crossing_frames(tmp_path):
         assert (rows[rows[:, 0] >= last, 8] == 1).all()
 
 
+def test_mot_layout_of_more_pairs_is_long_enough_for_them_to_cross(
+        tmp_path):
+    """``--pairs`` without ``--frames``: the sequence runs until every pair
+    has crossed (or 160 frames), two ground-truth tracks a pair."""
+    from cosine_metric_learning.datasets import synthetic
+    synthetic.main(["--layout=mot", f"--output_dir={tmp_path}",
+                    "--pairs=8", "--seed=4", "--name=EIGHT"])
+    folder = tmp_path / "EIGHT"
+    length = max(160, synthetic.crossing_frames(8))
+    assert length > 160  # the default would cut the last pairs' crossing
+    assert f"seqLength={length}" in (folder / "seqinfo.ini").read_text()
+    assert len(os.listdir(folder / "img1")) == length
+    gt = np.loadtxt(folder / "gt" / "gt.txt", delimiter=",")
+    assert sorted(set(gt[:, 1].astype(int))) == list(range(1, 17))
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--layout=mot", "--pairs=0"], "--pairs=0: expected at least 1"),
+    (["--layout=mot", "--frames=0"], "--frames=0: expected at least 1"),
+    (["--layout=market1501", "--pairs=3"],
+     "--pairs and --frames with --layout=market1501"),
+])
+def test_mot_layout_flag_errors_exit_2_with_one_line(tmp_path, capsys, args,
+                                                     fragment):
+    from cosine_metric_learning.datasets import synthetic
+    with pytest.raises(SystemExit) as exit_info:
+        synthetic.main(args + [f"--output_dir={tmp_path / 'out'}"])
+    assert exit_info.value.code == 2
+    assert fragment in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_scene_too_short_for_every_crossing_is_written_with_a_warning(
         tmp_path, caplog):
     from cosine_metric_learning.datasets import synthetic
@@ -202,6 +234,6 @@ def test_a_scene_too_short_for_every_crossing_is_written_with_a_warning(
     assert len(written) == 2
     warnings = [r.getMessage() for r in caplog.records
                 if r.levelname == "WARNING"]
-    assert warnings == [f"Scene 1:{needed - 1}:2: its last pairs never get "
-                        f"past the pillar (every pair has from frame "
-                        f"{needed})"]
+    assert warnings == [f"SCENE-01: {needed - 1} frames are too few for 1 "
+                        f"pairs: the last never get past the pillar (every "
+                        f"pair has from frame {needed})"]

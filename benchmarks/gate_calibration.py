@@ -108,10 +108,29 @@ def main(argv=None):
         for name, gate, reject, idf1 in rows:
             print(f"{name:24s} {gate:8.4f} {100 * reject:8.1f}% "
                   f"{100 * idf1:6.1f} {100 * (idf1 - best):+7.1f}")
+    if len(table) > 1:
+        print_summary(table)
     if args.output_json:
         with open(args.output_json, "w") as f:
             json.dump(table, f, indent=1)
     return 0
+
+
+def print_summary(table):
+    """Each operating point's IDF1 below the best of the grid, on average
+    and at worst over the models of ``table`` (``{model: rows}``)."""
+    deficits = {}
+    for rows in table.values():
+        best = max(r[3] for r in rows if r[0] == "grid")
+        for name, _, _, idf1 in rows:
+            if name != "grid":
+                key = "default" if name.startswith("default") else name
+                deficits.setdefault(key, []).append(idf1 - best)
+    print(f"\nIDF1 - best of the grid over {len(table)} models")
+    print(f"{'gate from':24s} {'mean':>7s} {'worst':>7s}")
+    for name, values in deficits.items():
+        print(f"{name:24s} {100 * np.mean(values):+7.1f} "
+              f"{100 * min(values):+7.1f}")
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ RUNS = (
        {key: value}) for key, value in FIVE_TRICKS.items()),
     ("cosine-softmax + imprint", "cosine-softmax", {"imprint": True}),
     ("cosine-softmax + triplet", "cosine-softmax", {"triplet_weight": 1.0}),
+    ("cosine-softmax + 4 x triplet", "cosine-softmax",
+     {"triplet_weight": 4.0}),
     ("cosine-softmax + triplet + imprint", "cosine-softmax",
      {"triplet_weight": 1.0, "imprint": True}),
     ("cosine-softmax + five tricks", "cosine-softmax", FIVE_TRICKS),

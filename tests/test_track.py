@@ -526,3 +526,28 @@ def test_frames_read_alike_with_and_without_opencv(tmp_path, monkeypatch):
     np.testing.assert_array_equal(fast, slow)
     with Image.open(path) as image:
         np.testing.assert_array_equal(slow, np.asarray(image)[..., ::-1])
+
+
+def test_the_gate_benchmark_summarises_each_operating_point(capsys):
+    """``benchmarks/gate_calibration.py`` reports, per operating point, its
+    IDF1 below the best of the grid, averaged and at worst over models."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "gate_calibration", os.path.join(
+            os.path.dirname(os.path.dirname(__file__)),
+            "benchmarks", "gate_calibration.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table = {
+        "a": [("grid", 0.01, 0.3, 0.80), ("grid", 0.02, 0.2, 0.90),
+              ("default (false rejects)", 0.02, 0.1, 0.85),
+              ("equal error", 0.03, 0.1, 0.90)],
+        "b": [("grid", 0.01, 0.3, 0.70), ("grid", 0.02, 0.2, 0.60),
+              ("default (false accepts)", 0.02, 0.1, 0.60),
+              ("equal error", 0.03, 0.1, 0.72)]}
+    module.print_summary(table)
+    lines = {line.split()[0]: line.split()[-2:]
+             for line in capsys.readouterr().out.splitlines()[3:]}
+    # default: -5 and -10 points; equal error: 0 and +2
+    assert lines == {"default": ["-7.5", "-10.0"],
+                     "equal": ["+1.0", "+0.0"]}

@@ -57,6 +57,8 @@ RUNS = (
     ("cosine-softmax + triplet", "cosine-softmax", {"triplet_weight": 1.0}),
     ("cosine-softmax + 4 x triplet", "cosine-softmax",
      {"triplet_weight": 4.0}),
+    ("cosine-softmax + 8 x triplet", "cosine-softmax",
+     {"triplet_weight": 8.0}),
     ("cosine-softmax + triplet + imprint", "cosine-softmax",
      {"triplet_weight": 1.0, "imprint": True}),
     ("cosine-softmax + five tricks", "cosine-softmax", FIVE_TRICKS),

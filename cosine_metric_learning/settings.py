@@ -153,7 +153,7 @@ RECIPES = {
     "original": {"initial_logit_scale":
                  network_definition.ORIGINAL_LOGIT_SCALE},
     "baseline": {},
-    "strong": {"triplet_weight": 1.0},
+    "strong": {"triplet_weight": 8.0},
 }
 
 

@@ -53,7 +53,7 @@ FLAG_NAMES = {"path": "--model", "models": "--model",
               **{name: f"--{name}" for name in mot.DEFAULTS}}
 NONE = "none"
 DEFAULTS = mot.DEFAULTS
-SWEEP_GATES = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
+SWEEP_GATES = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
 SWEEP_BUDGETS = (100,)
 # gates the sweep adds between the best grid gate's neighbours
 REFINE_POINTS = 5

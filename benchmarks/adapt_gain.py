@@ -4,7 +4,8 @@ Writes synthetic crossing scenes (pairs who swap lanes behind a pillar;
 with ``--look_alike``, the two of a pair look alike), adapts ``--model``
 on the unlabeled ones (``cosine_metric_learning.adapt``: motion-only
 tracklets, fine-tuning), then tracks held-out scenes of other people
-with motion alone, the model and the adapted model, each at its
+with motion alone, the ground-truth identities (``identity``: the most
+appearance can give), the model and the adapted model, each at its
 self-calibrated gate (``--max_cosine_distance=auto``) and swept (the
 grid and its refinement), scored together with the held-out scenes'
 ground truth.
@@ -55,9 +56,9 @@ def main(argv=None):
                          batch_size=args.batch_size, export="none")
     if isinstance(report, int):
         return report
-    models = [track.NONE, args.model, report["adapted"]]
-    names = {track.NONE: "motion only", args.model: "model",
-             report["adapted"]: "adapted"}
+    models = [track.NONE, track.IDENTITY, args.model, report["adapted"]]
+    names = {track.NONE: "motion only", track.IDENTITY: "identity",
+             args.model: "model", report["adapted"]: "adapted"}
     summary = track.evaluate(
         models, [mot.read_sequence(s) for s in held_out], "det",
         os.path.join(tmp, "tracking"), sweep=True,

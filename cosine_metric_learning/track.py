@@ -5,8 +5,9 @@ sequences with each model, scored with the reference metrics.
         --model=none,./output/market1501/run,market1501.pb \
         --sequences=./MOT17/train --output_dir=./tracking
 
-Each ``--model`` (anything :func:`encoder.load` opens, or ``none``: the
-appearance term off) tracks every sequence with Deep SORT's association
+Each ``--model`` (anything :func:`encoder.load` opens; ``none``: the
+appearance term off; or ``identity``: each box's ground-truth identity as
+its feature, the most appearance can give the tracker) tracks every sequence with Deep SORT's association
 (``deep-sort-realtime``: Kalman filter, matching cascade with the cosine
 gate and ``nn_budget``, IoU matching after it, ``max_age``, ``n_init``),
 fed with the sequence's detections (``--detections=det``, filtered by
@@ -34,6 +35,7 @@ import json
 import os
 
 import numpy as np
+import scipy.optimize
 from absl import app, flags, logging
 
 from cosine_metric_learning import backends
@@ -52,6 +54,11 @@ FLAG_NAMES = {"path": "--model", "models": "--model",
               "classes": "--classes", "output_dir": "--output_dir",
               **{name: f"--{name}" for name in mot.DEFAULTS}}
 NONE = "none"
+# --model=identity: a box's feature is its ground-truth track's (a seeded
+# random unit vector per track; a detection that overlaps no ground-truth
+# box by IDENTITY_MIN_IOU gets one of its own)
+IDENTITY = "identity"
+IDENTITY_MIN_IOU = 0.5
 DEFAULTS = mot.DEFAULTS
 SWEEP_GATES = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
 SWEEP_BUDGETS = (100,)
@@ -93,14 +100,62 @@ def model_features(path, sequence, rows, cache, boxes="detections"):
     """Features of ``rows`` (the sequence's ``boxes``: the tracked
     detections, or the ground truth of the gate) with the model at
     ``path`` (None: random unit vectors, whose cosine distances, about 1,
-    lie beyond every gate), encoded once per model, sequence and boxes."""
+    lie beyond every gate; :data:`IDENTITY`: :func:`identity_features`),
+    encoded once per model, sequence and boxes."""
     key = (path, sequence.name, boxes)
     if key not in cache:
         if path is None:
             cache[key] = mot.random_features(len(rows))
+        elif path == IDENTITY:
+            cache[key] = identity_features(sequence, rows,
+                                           boxes == "detections")
         else:
             cache[key] = mot.encode_rows(_load(path, cache), sequence, rows)
     return cache[key]
+
+
+def box_overlaps(a, b):
+    """Intersection over union of every ``(left, top, width, height)`` of
+    ``a`` (N, 4) with every one of ``b`` (M, 4): (N, M)."""
+    a, b = np.asarray(a, float)[:, None, :], np.asarray(b, float)[None]
+    width = (np.minimum(a[..., 0] + a[..., 2], b[..., 0] + b[..., 2])
+             - np.maximum(a[..., 0], b[..., 0]))
+    height = (np.minimum(a[..., 1] + a[..., 3], b[..., 1] + b[..., 3])
+              - np.maximum(a[..., 1], b[..., 1]))
+    inter = np.clip(width, 0, None) * np.clip(height, 0, None)
+    union = a[..., 2] * a[..., 3] + b[..., 2] * b[..., 3] - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def identity_features(sequence, rows, detections=True):
+    """The :data:`IDENTITY` features of ``rows``: each row's ground-truth
+    track's unit vector (seeded by the track's number). ``detections``:
+    the rows are detections, each given the track of the ground-truth box
+    of its frame it is matched to (the most overlap in total, at least
+    :data:`IDENTITY_MIN_IOU`; boxes to be considered, of any class), and
+    an unmatched one a random vector of its own; else the rows are the
+    ground truth's (their track in column 2)."""
+    tracks = np.full(len(rows), -1, np.int64)
+    if not detections:
+        tracks[:] = rows[:, 1]
+    else:
+        gt = sequence.ground_truth
+        gt = gt[mot.considered(gt, None)]
+        for frame in np.unique(rows[:, 0]):
+            mine = np.flatnonzero(rows[:, 0] == frame)
+            theirs = gt[gt[:, 0] == frame]
+            if not len(theirs):
+                continue
+            overlap = box_overlaps(rows[mine, 2:6], theirs[:, 2:6])
+            r, c = scipy.optimize.linear_sum_assignment(-overlap)
+            matched = overlap[r, c] >= IDENTITY_MIN_IOU
+            tracks[mine[r[matched]]] = theirs[c[matched], 1]
+    features = mot.random_features(len(rows))
+    for track in np.unique(tracks[tracks >= 0]):
+        vector = np.random.default_rng([1, int(track)]).normal(
+            size=features.shape[1])
+        features[tracks == track] = vector / np.linalg.norm(vector)
+    return features
 
 
 def _load(path, cache, backend="auto"):
@@ -192,7 +247,8 @@ def model_labels(models):
     a model given twice is an ArgumentError."""
     seen = {}
     for model in models:
-        key = model if model == NONE else os.path.realpath(model)
+        key = model if model in (NONE, IDENTITY) else os.path.realpath(
+            model)
         if key in seen:
             raise ArgumentError("models", models, f"'{model}' is given "
                                 f"twice (as '{seen[key]}' too)")
@@ -244,7 +300,13 @@ def evaluate(models, sequences, detections, output_dir, sweep,
         sequence, detections, base["min_confidence"],
         base["nms_max_overlap"], classes) for sequence in sequences}
     for model in models:  # a bad model fails before the tracking
-        if model != NONE:
+        if model == IDENTITY:
+            for s in sequences:
+                if s.ground_truth is None:
+                    raise ArgumentError(
+                        "models", ",".join(models), f"'{IDENTITY}' needs "
+                        f"every sequence's gt/gt.txt; {s.name} has none")
+        elif model != NONE:
             _load(model, cache, backend)
     summary = {"models": {}, "files": [], "parameters": {
         **base, "detections": detections,
@@ -490,8 +552,11 @@ def main(argv):
 def define_flags():
     flags.DEFINE_string("model", None, "Comma-separated models: anything "
                         "encoder.load opens (a run's folder, a checkpoint, "
-                        ".pb, SavedModel, .onnx, .xml), or none (the "
-                        "appearance term off: IoU and motion only).",
+                        ".pb, SavedModel, .onnx, .xml), none (the "
+                        "appearance term off: IoU and motion only), or "
+                        "identity (each box's ground-truth identity as its "
+                        "feature: the most appearance can give; needs "
+                        "gt/gt.txt).",
                         required=True)
     flags.DEFINE_string("sequences", None, "Comma-separated MOTChallenge "
                         "sequence folders, or parents of them.",

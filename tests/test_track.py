@@ -212,6 +212,13 @@ def test_a_sequence_without_ground_truth_is_tracked_not_scored(
     run = summary["models"]["none"]["runs"][0]
     assert run["metrics"] == {}
     assert os.path.getsize(os.path.join(run["results"], "SYNTH-01.txt")) > 0
+    # the ground-truth identities need the ground truth
+    result = run_script("-m", "cosine_metric_learning.track",
+                        "--model=none,identity", f"--sequences={copy}",
+                        f"--output_dir={tmp_path / 'identity'}")
+    one_error_line(result, "--model=none,identity", "'identity' needs every "
+                   "sequence's gt/gt.txt; SYNTH-01 has none")
+    assert not (tmp_path / "identity").exists()
     # tracking the ground-truth boxes needs no det/, and a missing one is
     # told by its flag
     shutil.copytree(sequence_dir, tmp_path / "NODET-01")
@@ -526,6 +533,60 @@ def test_frames_read_alike_with_and_without_opencv(tmp_path, monkeypatch):
     np.testing.assert_array_equal(fast, slow)
     with Image.open(path) as image:
         np.testing.assert_array_equal(slow, np.asarray(image)[..., ::-1])
+
+
+def test_box_overlaps_by_hand():
+    a = np.array([[0, 0, 10, 20], [100, 100, 4, 4]])
+    b = np.array([[5, 0, 10, 20], [0, 0, 10, 20], [0, 10, 10, 20]])
+    # 100 of 300, equal, 100 of 300; the second box meets none
+    np.testing.assert_allclose(track.box_overlaps(a, b),
+                               [[1 / 3, 1, 1 / 3], [0, 0, 0]])
+
+
+def test_identity_features_follow_the_matched_ground_truth(tmp_path):
+    """A detection takes the feature of the ground-truth track it overlaps
+    most (one detection a box, at IoU 0.5 or more); the rest, and boxes
+    not to be considered, get features of their own."""
+    gt = np.array([[1, 7, 0, 0, 10, 20, 1, 1, 1],
+                   [1, 9, 50, 0, 10, 20, 1, 1, 1],
+                   [2, 7, 0, 0, 10, 20, 1, 1, 1],
+                   [2, 9, 50, 0, 10, 20, 1, 1, 1],
+                   [2, 4, 80, 0, 10, 20, 0, 1, 1]], float)  # not considered
+    sequence = mot.Sequence("HAND-01", str(tmp_path), 2, (100, 100, 3), [],
+                            np.zeros((0, 7)), gt)
+    rows = np.array([[1, -1, 1, 0, 10, 20, 1],     # 7 (IoU 0.82)
+                     [1, -1, 50, 1, 10, 20, 1],    # 9 (IoU 0.9)
+                     [1, -1, 80, 80, 10, 10, 1],   # nothing
+                     [2, -1, 0, 0, 10, 20, 1],     # 7 (IoU 1)
+                     [2, -1, 2, 0, 10, 20, 1],     # 7 as well, less: none
+                     [2, -1, 56, 0, 10, 20, 1],    # 9 at IoU 0.25: none
+                     [2, -1, 80, 0, 10, 20, 1]], float)  # not considered
+    features = track.identity_features(sequence, rows)
+    np.testing.assert_allclose(np.linalg.norm(features, axis=1), 1,
+                               rtol=1e-5)
+    same = features @ features.T > 0.999
+    np.testing.assert_array_equal(
+        same, np.eye(7, dtype=bool) | np.isin(np.arange(7)[:, None], [0, 3])
+        & np.isin(np.arange(7)[None, :], [0, 3]))
+    # the ground truth's own rows: their track, the same vectors
+    truth = track.identity_features(sequence, gt[:4, :7], detections=False)
+    np.testing.assert_allclose(truth[[0, 2]], features[[0, 3]], atol=1e-6)
+    assert abs(truth[0] @ truth[1]) < 0.5
+
+
+def test_identity_features_track_the_crossing_without_a_switch(
+        sequence_dir, tmp_path):
+    """With each box's ground-truth identity as its feature the tracker
+    keeps the people through the crossing, where motion alone swaps them."""
+    summary = track.evaluate(["none", track.IDENTITY],
+                             [mot.read_sequence(sequence_dir)], "det",
+                             str(tmp_path / "out"), sweep=False)
+    none, identity = (summary["models"][m]["runs"][0]["metrics"]["COMBINED"]
+                      for m in ("none", track.IDENTITY))
+    assert identity["IDSW"] < none["IDSW"], (identity, none)
+    assert identity["IDF1"] > none["IDF1"] + 0.2, (identity, none)
+    assert summary["models"][track.IDENTITY]["self_calibrated_gate"][
+        "false_reject"] == 0
 
 
 def test_the_gate_benchmark_summarises_each_operating_point(capsys):

@@ -79,16 +79,16 @@ def report_errors(argv, run, flag_names):
     with _ctrl_c_remembered() as interrupted:
         try:
             status = run()
-            if interrupted:  # swallowed where it arrived (a finaliser)
-                print(INTERRUPTED, file=sys.stderr)
-                return INTERRUPTED_STATUS
-            return status
+            if not interrupted:
+                return status
+            # swallowed where it arrived (a finaliser)
+            reported = INTERRUPTED, INTERRUPTED_STATUS
         except (Exception, KeyboardInterrupt) as error:
             reported = _one_line(error, interrupted, flag_names)
             if reported is None:
                 raise
-            print(reported[0], file=sys.stderr)
-            return reported[1]
+    print(reported[0], file=sys.stderr)  # stderr as it was before Ctrl-C
+    return reported[1]
 
 
 def _one_line(error, interrupted, flag_names):
@@ -112,13 +112,19 @@ def _one_line(error, interrupted, flag_names):
 def _ctrl_c_remembered():
     """Yield a list that gets the signal's number when Ctrl-C (SIGINT)
     arrives in the block; it still raises KeyboardInterrupt as Python's
-    own handler does (where a finaliser swallows it, silently). Where
-    SIGINT is ignored or handled otherwise, or off the main thread,
-    nothing changes."""
+    own handler does (where a finaliser swallows it, silently), and from
+    then until the block ends, what is written to ``sys.stderr`` is
+    dropped: the command is ending, and a library's C code that the
+    KeyboardInterrupt reached inside an import prints its own traceback
+    (TensorFlow's ``nest``: "SystemError: <built-in function __import__>
+    returned a result with an exception set"). Where SIGINT is ignored or
+    handled otherwise, or off the main thread, nothing changes."""
     received = []
+    stderr = sys.stderr
 
     def remember(signum, frame):
         received.append(signum)
+        sys.stderr = _Dropped(stderr)
         raise KeyboardInterrupt
 
     main = threading.current_thread() is threading.main_thread()
@@ -141,6 +147,25 @@ def _ctrl_c_remembered():
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.unraisablehook = previous
+        if received:
+            sys.stderr = stderr
+
+
+class _Dropped:
+    """A text stream that drops what is written to it; anything else is
+    the wrapped stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        return len(text)
+
+    def flush(self):
+        pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def quiet_ctrl_c_while_starting():

@@ -154,6 +154,35 @@ sys.exit(errors.report_errors(["command"], run, {}))""")
     assert result.stderr.strip() == INTERRUPTED
 
 
+def test_what_interrupted_code_prints_after_ctrl_c_is_dropped():
+    """Where a real SIGINT reaches C code inside an import, the library
+    prints the error it became itself (TensorFlow's ``nest``: a
+    ``SystemError`` traceback, through ``sys.stderr`` as ``PyErr_Print``
+    does) before the command ends: after Ctrl-C only the one line is
+    said; what was written before it stays."""
+    result = run_script("-c", """
+import os, signal, sys, time, traceback
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from cosine_metric_learning import errors
+
+def run():
+    print("before Ctrl-C", file=sys.stderr)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(30)  # the signal arrives here
+    except KeyboardInterrupt:
+        try:
+            raise SystemError("<built-in function __import__> returned a "
+                              "result with an exception set")
+        except SystemError:
+            traceback.print_exc()
+    return 0
+
+sys.exit(errors.report_errors(["command"], run, {}))""")
+    assert result.returncode == 130, result.stderr[-2000:]
+    assert result.stderr.splitlines() == ["before Ctrl-C", INTERRUPTED]
+
+
 @pytest.mark.parametrize("mode, waits_for", [
     (["--mode=test", "--batch_size=1", "--flip_test"], "Encoding"),
     (["--mode=onnx", "--int8", "--calibration_images=3000"],

@@ -480,6 +480,27 @@ def require_tracker():
 
 
 
+def box_intersections(a, b):
+    """The intersection area of every ``(left, top, width, height)`` of
+    ``a`` (N, 4) with every one of ``b`` (M, 4): (N, M)."""
+    a, b = np.asarray(a, float)[:, None, :], np.asarray(b, float)[None]
+    width = (np.minimum(a[..., 0] + a[..., 2], b[..., 0] + b[..., 2])
+             - np.maximum(a[..., 0], b[..., 0]))
+    height = (np.minimum(a[..., 1] + a[..., 3], b[..., 1] + b[..., 3])
+              - np.maximum(a[..., 1], b[..., 1]))
+    return np.clip(width, 0, None) * np.clip(height, 0, None)
+
+
+def box_overlaps(a, b):
+    """Intersection over union of every box of ``a`` (N, 4) with every
+    one of ``b`` (M, 4), as :func:`box_intersections` takes them: (N,
+    M)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    inter = box_intersections(a, b)
+    union = (a[:, 2] * a[:, 3])[:, None] + b[:, 2] * b[:, 3] - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
 def non_max_suppression(boxes, scores, max_overlap):
     """Indices of the boxes ``(N, 4)`` as ``(left, top, width, height)``
     kept by greedy non-maximum suppression, highest score first, as Deep

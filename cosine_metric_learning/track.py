@@ -7,9 +7,10 @@ sequences with each model, scored with the reference metrics.
 
 Each ``--model`` (anything :func:`encoder.load` opens; ``none``: the
 appearance term off; or ``identity``: each box's ground-truth identity as
-its feature, the most appearance can give the tracker) tracks every sequence with Deep SORT's association
-(``deep-sort-realtime``: Kalman filter, matching cascade with the cosine
-gate and ``nn_budget``, IoU matching after it, ``max_age``, ``n_init``),
+its feature, the most appearance can give the tracker) tracks every
+sequence with Deep SORT's association (``deep-sort-realtime``: Kalman
+filter, matching cascade with the cosine gate and ``nn_budget``, IoU
+matching after it, ``max_age``, ``n_init``),
 fed with the sequence's detections (``--detections=det``, filtered by
 ``--min_confidence`` and non-maximum suppression as Deep SORT's
 application does) or its ground-truth boxes (``gt``: what appearance
@@ -114,19 +115,6 @@ def model_features(path, sequence, rows, cache, boxes="detections"):
     return cache[key]
 
 
-def box_overlaps(a, b):
-    """Intersection over union of every ``(left, top, width, height)`` of
-    ``a`` (N, 4) with every one of ``b`` (M, 4): (N, M)."""
-    a, b = np.asarray(a, float)[:, None, :], np.asarray(b, float)[None]
-    width = (np.minimum(a[..., 0] + a[..., 2], b[..., 0] + b[..., 2])
-             - np.maximum(a[..., 0], b[..., 0]))
-    height = (np.minimum(a[..., 1] + a[..., 3], b[..., 1] + b[..., 3])
-              - np.maximum(a[..., 1], b[..., 1]))
-    inter = np.clip(width, 0, None) * np.clip(height, 0, None)
-    union = a[..., 2] * a[..., 3] + b[..., 2] * b[..., 3] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
-
-
 def identity_features(sequence, rows, detections=True):
     """The :data:`IDENTITY` features of ``rows``: each row's ground-truth
     track's unit vector (seeded by the track's number). ``detections``:
@@ -146,7 +134,7 @@ def identity_features(sequence, rows, detections=True):
             theirs = gt[gt[:, 0] == frame]
             if not len(theirs):
                 continue
-            overlap = box_overlaps(rows[mine, 2:6], theirs[:, 2:6])
+            overlap = mot.box_overlaps(rows[mine, 2:6], theirs[:, 2:6])
             r, c = scipy.optimize.linear_sum_assignment(-overlap)
             matched = overlap[r, c] >= IDENTITY_MIN_IOU
             tracks[mine[r[matched]]] = theirs[c[matched], 1]

@@ -77,14 +77,8 @@ def coverage(rows):
     for frame in np.unique(rows[:, 0]):
         index = np.flatnonzero(rows[:, 0] == frame)
         boxes = rows[index, 2:6]
-        left, top = boxes[:, 0], boxes[:, 1]
-        right, bottom = left + boxes[:, 2], top + boxes[:, 3]
-        width = np.clip(np.minimum(right[:, None], right[None]) - np.maximum(
-            left[:, None], left[None]), 0, None)
-        height = np.clip(np.minimum(bottom[:, None], bottom[None])
-                         - np.maximum(top[:, None], top[None]), 0, None)
-        share = width * height / np.maximum(boxes[:, 2] * boxes[:, 3],
-                                            1e-9)[:, None]
+        share = mot.box_intersections(boxes, boxes) / np.maximum(
+            boxes[:, 2] * boxes[:, 3], 1e-9)[:, None]
         np.fill_diagonal(share, 0.0)
         covered[index] = share.max(axis=1) if len(index) > 1 else 0.0
     return covered

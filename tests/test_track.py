@@ -539,7 +539,7 @@ def test_box_overlaps_by_hand():
     a = np.array([[0, 0, 10, 20], [100, 100, 4, 4]])
     b = np.array([[5, 0, 10, 20], [0, 0, 10, 20], [0, 10, 10, 20]])
     # 100 of 300, equal, 100 of 300; the second box meets none
-    np.testing.assert_allclose(track.box_overlaps(a, b),
+    np.testing.assert_allclose(mot.box_overlaps(a, b),
                                [[1 / 3, 1, 1 / 3], [0, 0, 0]])
 
 

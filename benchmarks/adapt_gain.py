@@ -78,7 +78,9 @@ def main(argv=None):
             "best_gate": best["parameters"]["max_cosine_distance"],
             "best_IDF1": best["metrics"]["COMBINED"]["IDF1"]}
         row = table[names[model]]
-        gate = "-" if model == track.NONE else f"{row['calibrated_gate']:.4f}"
+        # identity has no calibrated gate: it tracks at Deep SORT's 0.2
+        gate = ("-" if model in (track.NONE, track.IDENTITY)
+                else f"{row['calibrated_gate']:.4f}")
         print(f"{names[model]:12s} {gate:>10s} "
               f"{100 * row['calibrated_IDF1']:6.1f} "
               f"{row['best_gate']:9.4g} {100 * row['best_IDF1']:6.1f}")

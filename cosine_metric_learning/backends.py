@@ -182,7 +182,9 @@ def _check_shape(path, shape, dtype="uint8"):
     """The model's ``(H, W, 3)``; ArgumentError unless it takes uint8
     NHWC."""
     shape = tuple(shape)
-    if dtype == "float" and len(shape) == 3 and shape[0] == 3:
+    # float32 as ONNX Runtime, LiteRT (NumPy) and OpenVINO name it
+    if dtype in ("float", "float32", "f32") and len(shape) == 3 and \
+            shape[0] == 3:
         raise ArgumentError("path", path, "its input is float (N, 3, H, "
                             "W), BoxMOT's layout (--export_layout=boxmot): "
                             "load it in BoxMOT; this project's encoder "

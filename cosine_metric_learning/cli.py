@@ -244,13 +244,19 @@ def _export_model(mode):
             deploy.check_sidecar(output, config.export_layout)
         if config.int8:
             deploy.require(INT8_QUANTISERS[mode], "--int8")
+            try:
+                calibration = dataset.read_train(config.dataset_dir)
+            except UsageError as e:
+                raise UsageError(
+                    "--int8 needs a calibration set, the training images "
+                    f"of --dataset_dir={config.dataset_dir}, and they "
+                    f"cannot be read: {e}") from e
         encoder, path = checkpoints.load_encoder(config.model_path,
                                                  image_shape)
         shape = tuple(encoder.input_shape[1:])
         if config.int8:
             options["calibration"] = deploy.calibration_patches(
-                dataset.read_train(config.dataset_dir).filenames,
-                config.calibration_images, shape)
+                calibration.filenames, config.calibration_images, shape)
         print(f"wrote {write(encoder, output, shape, **options)} "
               f"(encoder of {path})")
         return 0

@@ -425,10 +425,17 @@ def check_sidecar(output, layout):
 
 def write_sidecar(output, image_shape, layout):
     """With BoxMOT's layout, ``<output>.metadata.json``: the input size as
-    BoxMOT reads it (``{"model_kwargs": {"img_size": [H, W]}}``)."""
-    if layout != export.BOXMOT:
-        return None
+    BoxMOT reads it (``{"model_kwargs": {"img_size": [H, W]}}``). With
+    the default layout, the sidecar an earlier BoxMOT-layout export left
+    there is removed: it no longer describes the model, and BoxMOT would
+    read it."""
     path = output + SIDECAR_SUFFIX
+    if layout != export.BOXMOT:
+        if SIDECAR.matches(path):
+            os.remove(path)
+            logging.info("Removed %s: it described an earlier export of "
+                         "BoxMOT's layout", path)
+        return None
     height, width = (int(d) for d in image_shape[:2])
     files.write_atomically(path, lambda f: json.dump(
         {"model_kwargs": {"img_size": [height, width]}}, f, indent=1),

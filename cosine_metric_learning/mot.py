@@ -57,6 +57,7 @@ PEDESTRIANS = (PEDESTRIAN,)
 GT_COLUMNS = ("frame, id, left, top, width, height, considered, class, "
               "visibility")
 NUM_GT_COLUMNS = 9
+DET_COLUMNS = "frame, id, left, top, width, height, confidence, ..."
 
 
 @dataclasses.dataclass
@@ -202,10 +203,10 @@ def read_sequence(folder, detections=True):
         det_path = os.path.join(folder, "det", "det.txt")
         if not os.path.isfile(det_path):
             raise UsageError(f"sequence {name}: no '{det_path}'; expected "
-                             f"{LAYOUT}")
+                             f"its detections there ({DET_COLUMNS}, one "
+                             "box a line)")
         sequence.detections = _read_rows(
-            det_path, 7, "detection file", "frame, id, left, top, width, "
-            "height, confidence, ...")
+            det_path, 7, "detection file", DET_COLUMNS)
         bad = _bad_row(sequence.detections, det_path, "detection file", 7)
         if bad:
             raise UsageError(f"sequence {name}: {bad}")
@@ -583,11 +584,13 @@ def check_parameters(parameters):
 
 
 def detection_rows(sequence, detections, min_confidence, nms_max_overlap,
-                   classes=PEDESTRIANS):
+                   classes=PEDESTRIANS, argument="min_confidence"):
     """The rows the tracker sees: ``det.txt`` above ``min_confidence``
     after non-maximum suppression per frame, or the ground-truth boxes to
     be considered of ``classes`` (confidence 1): ``detections`` is "det"
-    or "gt"."""
+    or "gt". ``argument``: the name ``min_confidence`` has in the
+    caller's messages (a threshold that keeps no detection is an
+    ArgumentError of it)."""
     if detections not in ("det", "gt"):
         raise ArgumentError("detections", detections, "expected 'det' (the "
                             "sequence's det/det.txt) or 'gt' (its ground "
@@ -607,7 +610,7 @@ def detection_rows(sequence, detections, min_confidence, nms_max_overlap,
     if len(sequence.detections) and not len(rows):
         confidences = sequence.detections[:, 6]
         raise ArgumentError(
-            "min_confidence", min_confidence, f"sequence {sequence.name} "
+            argument, min_confidence, f"sequence {sequence.name} "
             "has no detection left (its confidences range from "
             f"{confidences.min():g} to {confidences.max():g})")
     kept = []
@@ -616,6 +619,29 @@ def detection_rows(sequence, detections, min_confidence, nms_max_overlap,
         kept.append(in_frame[non_max_suppression(
             in_frame[:, 2:6], in_frame[:, 6], nms_max_overlap)])
     return np.concatenate(kept) if kept else rows[:, :7]
+
+
+def describe_scores(sequence, thresholds):
+    """One line on the scale of a sequence's detection scores and what
+    each threshold keeps of them: ``thresholds`` is ``[(flag, value)]``
+    (``"--min_confidence", 0.3``). A threshold that keeps every detection
+    or none says so: detectors score on scales of their own (ACF from 20
+    to 150, most networks from 0 to 1)."""
+    scores = sequence.detections[:, 6]
+    if not len(scores):
+        return f"{sequence.name}: no detections"
+    parts = []
+    for flag, value in thresholds:
+        kept = int(np.sum(scores >= value))
+        if kept == len(scores):
+            note = " (every one: it cuts nothing on this scale)"
+        elif kept == 0:
+            note = " (none: every score is below it)"
+        else:
+            note = ""
+        parts.append(f"{flag}={value:g} keeps {kept}{note}")
+    return (f"{sequence.name}: {len(scores)} detections scored "
+            f"{scores.min():g} to {scores.max():g}; " + ", ".join(parts))
 
 
 def encode_rows(encoder, sequence, rows, progress_secs=10.0,

@@ -283,6 +283,10 @@ def evaluate(models, sequences, detections, output_dir, sweep,
         if s.ground_truth is None:
             logging.warning("Sequence %s has no gt/gt.txt: it is tracked, "
                             "but cannot be scored", s.name)
+    if detections == "det":
+        for sequence in sequences:
+            logging.info("%s", mot.describe_scores(
+                sequence, [("--min_confidence", base["min_confidence"])]))
     # the tracked boxes, the same for every model and setting
     rows_of = {sequence.name: mot.detection_rows(
         sequence, detections, base["min_confidence"],
@@ -325,18 +329,19 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
     path = None if model == NONE else model
     folder = _safe(label)
     entry = {"label": label, "folder": os.path.join(output_dir, folder)}
-    if path is not None:
+    # identity's features come from the ground truth: no gate to calibrate
+    calibrated = path not in (None, IDENTITY)
+    if calibrated:
         entry["self_calibrated_gate"] = calibrate(path, sequences, rows_of,
                                                   base, cache)
     if base["max_cosine_distance"] == AUTO:
-        calibrated = entry.get("self_calibrated_gate")
-        if path is not None and calibrated is None:
+        if calibrated and entry["self_calibrated_gate"] is None:
             raise UsageError(
                 f"--max_cosine_distance=auto: no tracklet pairs to calibrate "
                 f"{model}'s gate on (the sequences are too short or too "
                 "crowded); give the gate")
         base = {**base, "max_cosine_distance": round(
-            calibrated["gate"], 4) if path is not None
+            entry["self_calibrated_gate"]["gate"], 4) if calibrated
             else DEFAULTS["max_cosine_distance"]}
     runs = []
 
@@ -346,7 +351,7 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
         for sequence in sequences:
             rows = rows_of[sequence.name]
             features = model_features(path, sequence, rows, cache)
-            if path is not None and not runs:
+            if calibrated and not runs:  # a model's, for deep_sort_app
                 write_detections_file(
                     written(folder, f"{sequence.name}.npy"), rows, features)
             tracked = mot.run_tracker(
@@ -450,11 +455,27 @@ def format_table(summary):
     return "\n".join(lines)
 
 
-def format_gates(entry, given):
+def format_gates(entry, given, model=None):
     """A model's gates: self-calibrated (in each tracker's convention),
     the best of the sweep with its Deep SORT command line, and the one
     found on the ground truth; ``given``: the gate asked for (a number,
-    or :data:`AUTO`)."""
+    or :data:`AUTO`). :data:`IDENTITY` (``model``) has none of them: its
+    features are made from the ground truth."""
+    if model == IDENTITY:
+        lines = [
+            "  no self-calibrated gate and no deep_sort_app line: its "
+            "features are made from the ground truth (0 apart within a "
+            "track, about 1 between tracks), not from the images"
+            + (f"; tracked at Deep SORT's "
+               f"{DEFAULTS['max_cosine_distance']:g} for "
+               "--max_cosine_distance=auto" if given == AUTO else "")]
+        if "best" in entry:
+            best = entry["best"]
+            lines.append(
+                "  best --max_cosine_distance="
+                f"{best['parameters']['max_cosine_distance']:g} (IDF1 "
+                f"{100 * best['metrics']['COMBINED']['IDF1']:.1f})")
+        return "\n".join(lines)
     lines = []
     calibrated = entry.get("self_calibrated_gate")
     if calibrated is None:
@@ -529,8 +550,8 @@ def main(argv):
         for model, entry in summary["models"].items():
             if model != NONE:
                 print(f"\n{model}:")
-                print(format_gates(entry,
-                                   parameters["max_cosine_distance"]))
+                print(format_gates(entry, parameters["max_cosine_distance"],
+                                   model))
         print(f"wrote {os.path.join(output_dir, SUMMARY_NAME)}")
         return 0
 

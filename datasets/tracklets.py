@@ -5,9 +5,11 @@ confident tracklets as identities, and a gate chosen without ground truth.
         --sequences=./my_videos --model=none --output_dir=./my_tracklets
 
 Each MOTChallenge sequence (``img1/`` and ``det/det.txt``; ``gt/`` is
-never read) is tracked by Deep SORT (:mod:`mot`): by motion alone with
-``--model=none``, or with the model's features at its self-calibrated
-gate. Every tracklet is cut where it cannot be trusted to stay on one
+never read) is tracked by Deep SORT (:mod:`mot`) on its detections at or
+above ``--track_min_confidence``: by motion alone with ``--model=none``,
+or with the model's features at its self-calibrated gate. Each
+sequence's score range, and how many detections each threshold keeps,
+is logged before the work (detectors score on scales of their own). Every tracklet is cut where it cannot be trusted to stay on one
 person: where its box overlaps another box of the frame by more than
 ``--max_overlap`` of its area (crossings, occlusion), where the tracker
 lost it and took it up again, and at a detection below
@@ -47,6 +49,9 @@ from cosine_metric_learning.errors import parse_flags, report_errors
 
 DEFAULTS = {"min_confidence": 0.5, "max_overlap": 0.1, "min_length": 8,
             "frame_stride": 2, "min_height": 32}
+# detections below this are not given to the tracker (Deep SORT's
+# --min_confidence)
+TRACK_MIN_CONFIDENCE = mot.DEFAULTS["min_confidence"]
 # the reasons a tracked box is not a crop, in the order they are tested
 REASONS = collections.OrderedDict([
     ("untracked", "not on a confirmed track"),
@@ -274,6 +279,13 @@ def motion_pieces(sequence, rows, parameters=None, **cut):
     return cut_tracklets(rows, matches, sequence.image_shape, **cut)
 
 
+def check_track_min_confidence(value):
+    """ArgumentError unless the tracker's detection threshold is finite."""
+    if not math.isfinite(value):
+        raise ArgumentError("track_min_confidence", value,
+                            "expected a finite confidence")
+
+
 def check_cut(min_confidence, max_overlap, min_length, frame_stride,
               min_height):
     """ArgumentError naming a cutting parameter out of its range."""
@@ -311,24 +323,51 @@ def _check_detections(sequence):
             "they in pixels, as left, top, width, height?")
 
 
-def extract(sequence_folders, output_dir, model="none", **cut):
-    """Cut the confident tracklets of the sequences into ``output_dir``
-    (see the module's docstring); ``cut`` are :func:`cut_tracklets`'
-    keywords. Returns the manifest (as :func:`datasets.mot.convert`'s,
-    with ``gate``: the model's self-calibrated gate, None for none)."""
-    from cosine_metric_learning import encoder as encoder_lib
-    cut = {**DEFAULTS, **cut}
-    check_cut(**cut)
-    files.check_output(output_dir, mot_crops.OUTPUT)  # before reading
+def read_checked(sequence_folders, track_min_confidence, cut):
+    """The :class:`mot.Sequence` objects of the folders, their detections
+    checked; each one's score range and what ``--track_min_confidence``
+    and the cut's ``--min_confidence`` keep of them is logged."""
     sequences = [mot.read_sequence(f) for f in sequence_folders]
     mot.check_distinct(sequences, "sequence_folders", sequence_folders)
     for sequence in sequences:
         _check_detections(sequence)
+        logging.info("%s", mot.describe_scores(sequence, [
+            ("--track_min_confidence", track_min_confidence),
+            ("--min_confidence", cut["min_confidence"])]))
+    return sequences
+
+
+def tracked_rows(sequence, track_min_confidence):
+    """The detections the tracker is given (no suppression)."""
+    return mot.detection_rows(sequence, "det", track_min_confidence, 1.0,
+                              argument="track_min_confidence")
+
+
+def extract(sequence_folders, output_dir, model="none",
+            track_min_confidence=TRACK_MIN_CONFIDENCE, **cut):
+    """Cut the confident tracklets of the sequences into ``output_dir``
+    (see the module's docstring), tracking their detections at or above
+    ``track_min_confidence``; ``cut`` are :func:`cut_tracklets`'
+    keywords. Returns the manifest (as :func:`datasets.mot.convert`'s,
+    with ``gate``: the model's self-calibrated gate, None for none)."""
+    cut = {**DEFAULTS, **cut}
+    check_cut(**cut)
+    check_track_min_confidence(track_min_confidence)
+    files.check_output(output_dir, mot_crops.OUTPUT)  # before reading
+    return extract_sequences(
+        read_checked(sequence_folders, track_min_confidence, cut),
+        output_dir, model, track_min_confidence, **cut)
+
+
+def extract_sequences(sequences, output_dir, model="none",
+                      track_min_confidence=TRACK_MIN_CONFIDENCE, **cut):
+    """:func:`extract` of sequences read by :func:`read_checked`."""
+    from cosine_metric_learning import encoder as encoder_lib
+    cut = {**DEFAULTS, **cut}
     encoder = None if model == "none" else encoder_lib.load(model)
     tracked = []  # (sequence, rows, features, motion pieces)
     for sequence in sequences:
-        rows = mot.detection_rows(sequence, "det",
-                                  mot.DEFAULTS["min_confidence"], 1.0)
+        rows = tracked_rows(sequence, track_min_confidence)
         features = None if encoder is None else mot.encode_rows(
             encoder, sequence, rows)
         tracked.append((sequence, rows, features,
@@ -343,7 +382,8 @@ def extract(sequence_folders, output_dir, model="none", **cut):
         logging.info("self-calibrated gate %.4g from %d same and %d "
                      "different pairs", gate["gate"], gate["same_pairs"],
                      gate["different_pairs"])
-    manifest = {"sources": [], "filters": dict(cut), "model": model,
+    manifest = {"sources": [], "filters": {
+        **cut, "track_min_confidence": track_min_confidence}, "model": model,
                 "gate": gate, "counts": dict.fromkeys(["kept", *REASONS], 0),
                 "identities": {}}
     selected = []
@@ -374,8 +414,8 @@ def extract(sequence_folders, output_dir, model="none", **cut):
         raise UsageError(
             "no tracklet is left after the cuts (" + ", ".join(
                 f"{manifest['counts'][r]} {t}" for r, t in REASONS.items()
-                if manifest["counts"][r]) + "); loosen min_confidence, "
-            "max_overlap or min_length")
+                if manifest["counts"][r]) + "); loosen --min_confidence, "
+            "--max_overlap or --min_length")
 
     def write(tmp):
         for sequence, crops in selected:
@@ -413,7 +453,8 @@ def main(argv):
         mot.require_tracker()
         manifest = extract(
             mot.find_sequences(FLAGS.sequences), FLAGS.output_dir,
-            FLAGS.model, **{name: getattr(FLAGS, name) for name in DEFAULTS})
+            FLAGS.model, FLAGS.track_min_confidence,
+            **{name: getattr(FLAGS, name) for name in DEFAULTS})
         print(format_report(manifest, FLAGS.output_dir))
         return 0
 
@@ -423,6 +464,7 @@ def main(argv):
 FLAGS = flags.FLAGS
 FLAG_NAMES = {"sequences": "--sequences", "sequence_folders": "--sequences",
               "output_dir": "--output_dir", "path": "--model",
+              "track_min_confidence": "--track_min_confidence",
               **{name: f"--{name}" for name in DEFAULTS}}
 
 
@@ -436,6 +478,16 @@ def define_flags():
     flags.DEFINE_string("output_dir", None, "Where the identity folders go "
                         "(a new or empty folder, or an earlier output).",
                         required=True)
+    define_cut_flags()
+
+
+def define_cut_flags():
+    """The thresholds applied to the detections: the tracker's and the
+    cuts' (``adapt`` passes them through)."""
+    flags.DEFINE_float("track_min_confidence", TRACK_MIN_CONFIDENCE,
+                       "Track only detections scored at or above this "
+                       "(Deep SORT's --min_confidence; the log says each "
+                       "sequence's score range).")
     flags.DEFINE_float("min_confidence", DEFAULTS["min_confidence"],
                        "Cut a tracklet at a detection below this.")
     flags.DEFINE_float("max_overlap", DEFAULTS["max_overlap"], "Cut a "

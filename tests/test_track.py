@@ -580,13 +580,23 @@ def test_identity_features_track_the_crossing_without_a_switch(
     keeps the people through the crossing, where motion alone swaps them."""
     summary = track.evaluate(["none", track.IDENTITY],
                              [mot.read_sequence(sequence_dir)], "det",
-                             str(tmp_path / "out"), sweep=False)
+                             str(tmp_path / "out"), sweep=False,
+                             parameters={"max_cosine_distance": track.AUTO})
     none, identity = (summary["models"][m]["runs"][0]["metrics"]["COMBINED"]
                       for m in ("none", track.IDENTITY))
     assert identity["IDSW"] < none["IDSW"], (identity, none)
     assert identity["IDF1"] > none["IDF1"] + 0.2, (identity, none)
-    assert summary["models"][track.IDENTITY]["self_calibrated_gate"][
-        "false_reject"] == 0
+    # its features come from the ground truth: no gate is calibrated on
+    # them, no detections file is written for deep_sort_app, and auto
+    # tracks at Deep SORT's gate
+    entry = summary["models"][track.IDENTITY]
+    assert "self_calibrated_gate" not in entry
+    assert entry["runs"][0]["parameters"]["max_cosine_distance"] == 0.2
+    assert not glob.glob(os.path.join(entry["folder"], "*.npy"))
+    text = track.format_gates(entry, track.AUTO, track.IDENTITY)
+    assert "no self-calibrated gate and no deep_sort_app line" in text
+    assert "tracked at Deep SORT's 0.2" in text
+    assert "deep_sort_app.py" not in text
 
 
 def test_the_gate_benchmark_summarises_each_operating_point(capsys):

@@ -1,8 +1,10 @@
 """Tracklets of unlabeled video as identities, and the gate calibrated
 without ground truth."""
 
+import glob
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -11,7 +13,7 @@ import pytest
 from cosine_metric_learning import mot, track
 from cosine_metric_learning.datasets import image_folder, synthetic
 from cosine_metric_learning.datasets import tracklets
-from cosine_metric_learning.errors import UsageError
+from cosine_metric_learning.errors import ArgumentError, UsageError
 from tests.conftest import one_error_line, run_script
 
 
@@ -184,8 +186,10 @@ def test_bad_input_to_the_tracklets_is_one_line(scene, tmp_path):
     np.savetxt(outside / "det" / "det.txt", rows, delimiter=",", fmt="%.3f")
     for folder, message in ((no_det, "no '"), (empty, "is empty"),
                             (outside, "every box of")):
-        with pytest.raises(UsageError, match=message):
+        with pytest.raises(UsageError, match=message) as error:
             tracklets.extract([str(folder)], str(tmp_path / "out"))
+        # the ground truth is never read: never asked for
+        assert "gt.txt" not in str(error.value)
     with pytest.raises(UsageError, match="max_overlap=1.5"):
         tracklets.extract([scene], str(tmp_path / "out"), max_overlap=1.5)
     assert not (tmp_path / "out").exists()
@@ -198,6 +202,58 @@ def test_bad_input_to_the_tracklets_is_one_line(scene, tmp_path):
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     with pytest.raises(UsageError, match="refusing to replace"):
         tracklets.extract([scene], str(tmp_path / "mine"))
+
+
+def test_the_score_scale_and_what_each_threshold_keeps():
+    rows = np.asarray([_row(1, 0, c) for c in (20.0, 35.5, 90.0, 150.0)])
+    sequence = mot.Sequence("ACF-01", "ACF-01", 1, (100, 100, 3), [], rows,
+                            None)
+    line = mot.describe_scores(sequence, [("--track_min_confidence", 0.3),
+                                          ("--min_confidence", 90),
+                                          ("--cut", 151)])
+    assert line == (
+        "ACF-01: 4 detections scored 20 to 150; --track_min_confidence=0.3 "
+        "keeps 4 (every one: it cuts nothing on this scale), "
+        "--min_confidence=90 keeps 2, --cut=151 keeps 0 (none: every score "
+        "is below it)")
+
+
+def _scaled(scene, folder, factor):
+    """A copy of the scene with its detection scores times ``factor``."""
+    copy = folder / os.path.basename(scene)
+    shutil.copytree(scene, copy)
+    rows = np.loadtxt(copy / "det" / "det.txt", delimiter=",")
+    rows[:, 6] *= factor
+    np.savetxt(copy / "det" / "det.txt", rows, delimiter=",", fmt="%.6g")
+    return copy
+
+
+def test_every_threshold_on_detections_is_a_flag_the_message_names(
+        scene, tmp_path):
+    # scores from 0.007 to 0.1: the tracker's cut (0.3) keeps none
+    low = _scaled(scene, tmp_path / "low", 0.1)
+    result = run_script("-m", "cosine_metric_learning.datasets.tracklets",
+                        f"--sequences={low}", "--min_confidence=0.01",
+                        f"--output_dir={tmp_path / 'out'}")
+    one_error_line(result, "--track_min_confidence=0.3: sequence SCENE-01 "
+                   "has no detection left")
+    # the flag lowers it; scores on another scale (ACF's: 7 to 100) are
+    # said, with what each threshold keeps, before the work
+    high = _scaled(scene, tmp_path / "high", 100)
+    result = run_script("-m", "cosine_metric_learning.datasets.tracklets",
+                        f"--sequences={high}", "--track_min_confidence=30",
+                        "--min_confidence=0.5",
+                        f"--output_dir={tmp_path / 'out'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    sequence = mot.read_sequence(str(high))
+    assert mot.describe_scores(sequence, [
+        ("--track_min_confidence", 30), ("--min_confidence", 0.5)]) in \
+        result.stderr
+    assert "--min_confidence=0.5 keeps 293 (every one: it cuts nothing " \
+        "on this scale)" in result.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["filters"]["track_min_confidence"] == 30
+    assert manifest["counts"]["confidence"] == 0  # 0.5 cut nothing
 
 
 def test_track_with_the_self_calibrated_gate(scene, trained, tmp_path):
@@ -244,6 +300,50 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
                                atol=1e-5)
     assert np.abs(features - started(patches)).max() > 1e-3
     print(adapt.format_report(report))
+    # what the run is made of, for a rerun to compare
+    assert report["model"] == trained[0]
+    assert report["checkpoint"]["path"] == os.path.abspath(trained[0])
+    assert [(s["name"], s["path"]) for s in report["sequences"]] == [
+        ("SCENE-01", os.path.realpath(scene))]
+    assert report["settings"] == {
+        "number_of_steps": 3, "batch_size": 16, "track_min_confidence": 0.3,
+        **tracklets.DEFAULTS, "export": "freeze"}
+    # the same inputs: the finished run is measured again, not trained
+    checkpoints = sorted(os.listdir(out / "run"))
+    again = adapt.adapt(trained[0], [scene], str(out), number_of_steps=3,
+                        batch_size=16)
+    assert again["adapted"] == report["adapted"]
+    assert sorted(os.listdir(out / "run")) == checkpoints
+    # anything that shapes the run otherwise: refused, nothing changes
+    recorded = (out / "adapt.json").read_bytes()
+    with pytest.raises(UsageError, match="it ran with --number_of_steps=3, "
+                       "not --number_of_steps=4; give a new --output_dir"):
+        adapt.adapt(trained[0], [scene], str(out), number_of_steps=4,
+                    batch_size=16)
+    with pytest.raises(UsageError, match="--min_length=8, not "
+                       "--min_length=4"):
+        adapt.adapt(trained[0], [scene], str(out), number_of_steps=3,
+                    batch_size=16, min_length=4)
+    other_model = tmp_path / "other" / "ckpt-7"
+    other_model.parent.mkdir()
+    for part in glob.glob(trained[0] + ".*"):
+        shutil.copy(part, str(other_model) + part[len(trained[0]):])
+    other_scene = tmp_path / "copy" / "SCENE-01"
+    shutil.copytree(scene, other_scene)
+    for flags, message in (
+            ([f"--model={other_model}", f"--sequences={scene}"],
+             f"it adapts {os.path.abspath(trained[0])}, not "
+             f"--model={other_model}"),
+            ([f"--model={trained[0]}", f"--sequences={other_scene}"],
+             f"it adapts on {os.path.realpath(scene)}, not on "
+             f"{other_scene}")):
+        result = run_script("-m", "cosine_metric_learning.adapt", *flags,
+                            f"--output_dir={out}", "--number_of_steps=3",
+                            "--batch_size=16")
+        one_error_line(result, f"refusing to continue the run in {out}: "
+                       + message)
+    assert (out / "adapt.json").read_bytes() == recorded
+    assert sorted(os.listdir(out / "run")) == checkpoints
     # a folder with the user's files in it, a bad export: one line each
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")
@@ -262,3 +362,54 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
     with pytest.raises(UsageError, match="no such checkpoint"):
         adapt.adapt(str(tmp_path / "nope"), [scene], str(tmp_path / "new"))
     assert not (tmp_path / "new").exists()
+
+
+def test_adapt_refuses_before_the_work_and_leaves_nothing_behind(
+        scene, trained, tmp_path):
+    from cosine_metric_learning import adapt
+    # a file where the folder should be
+    (tmp_path / "a_file").write_text("mine")
+    with pytest.raises(ArgumentError) as error:
+        adapt.adapt(trained[0], [scene], str(tmp_path / "a_file"))
+    assert error.value.for_flags(adapt.FLAG_NAMES) == (
+        f"--output_dir={tmp_path / 'a_file'}: it is a file; expected a new "
+        "or empty folder, or an earlier output of this command")
+    assert (tmp_path / "a_file").read_text() == "mine"
+    # the user's own training run in the folder: refused before tracking
+    users = tmp_path / "users"
+    (users / "run").mkdir(parents=True)
+    for part in glob.glob(trained[0] + ".*"):
+        shutil.copy(part, users / "run")
+    before = sorted(os.listdir(users / "run"))
+    with pytest.raises(UsageError, match="it holds run but no adapt.json"):
+        adapt.adapt(trained[0], [scene], str(users))
+    assert os.listdir(users) == ["run"]
+    assert sorted(os.listdir(users / "run")) == before
+    # the thresholds a refusal names are flags of the command, and a
+    # refused run leaves no folder: a 5-frame sequence has no tracklet,
+    # scores below the tracker's cut leave no detection
+    short = synthetic.write_mot_sequence(str(tmp_path / "short"),
+                                         num_pairs=2, num_frames=5, seed=9,
+                                         name="SHORT-01")
+    low = _scaled(scene, tmp_path / "low", 0.1)
+    help_text = run_script("-m", "cosine_metric_learning.adapt",
+                           "--helpshort").stdout
+    for sequence, fragment in (
+            (short, "no tracklet is left after the cuts"),
+            (low, "--track_min_confidence=0.3: sequence SCENE-01 has no "
+             "detection left")):
+        out = tmp_path / f"out_{os.path.basename(sequence)}"
+        result = run_script("-m", "cosine_metric_learning.adapt",
+                            f"--model={trained[0]}",
+                            f"--sequences={sequence}", f"--output_dir={out}")
+        line = one_error_line(result, fragment)
+        named = re.findall(r"--(\w+)", line)
+        assert named, line
+        for flag in named:
+            assert f"--{flag}:" in help_text, flag
+        assert not out.exists()
+    # the help says how the gate is set, as the code sets it
+    assert (f"lets {100 * tracklets.GATE_FALSE_ACCEPT:g} % of the same-frame"
+            in " ".join(help_text.split()))
+    assert (f"cut more than {100 * tracklets.GATE_FALSE_REJECT:g} % of the "
+            "same-tracklet pairs" in " ".join(help_text.split()))

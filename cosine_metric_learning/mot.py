@@ -57,6 +57,11 @@ PEDESTRIANS = (PEDESTRIAN,)
 GT_COLUMNS = ("frame, id, left, top, width, height, considered, class, "
               "visibility")
 NUM_GT_COLUMNS = 9
+# 2D MOT 2015's gt.txt: frame, id, left, top, width, height, considered
+# and world coordinates x, y, z; no class and no visibility. It is read as
+# TrackEval's MOT15 benchmark reads it: every box a pedestrian (and, for
+# the converter's visibility filter, fully visible)
+MOT15_GT_COLUMNS = 10
 DET_COLUMNS = "frame, id, left, top, width, height, confidence, ..."
 
 
@@ -66,7 +71,9 @@ class Sequence:
 
     ``detections`` and ``ground_truth`` are float arrays of their files'
     rows (``frame, id, left, top, width, height, confidence/considered,
-    ...``); ``ground_truth`` is None where the sequence has no ``gt.txt``.
+    ...``); ``ground_truth`` is None where the sequence has no ``gt.txt``,
+    and always in MOT17's 9 columns (``mot15``: its file is 2D MOT 2015's,
+    read as :data:`MOT15_GT_COLUMNS` says).
     """
     name: str
     path: str
@@ -75,6 +82,7 @@ class Sequence:
     frame_paths: list
     detections: np.ndarray
     ground_truth: Optional[np.ndarray]
+    mot15: bool = False
 
     def has_frame(self, frame):
         """Whether frame ``frame`` (1-based) is within the sequence and its
@@ -188,7 +196,8 @@ def read_sequence(folder, detections=True):
     numbers with frames of ``img1/``; with ``detections`` False, ``det/``
     is not opened (it may be absent or list frames that ``img1/`` lacks)
     and the sequence's ``detections`` are None. ``gt.txt`` must have
-    :data:`NUM_GT_COLUMNS` columns; :func:`check_ground_truth` checks
+    :data:`NUM_GT_COLUMNS` columns, or :data:`MOT15_GT_COLUMNS` (2D MOT
+    2015's, read into MOT17's columns); :func:`check_ground_truth` checks
     its rows for scoring.
     """
     if os.path.isfile(os.path.join(folder, "seqinfo.ini")) or not \
@@ -213,8 +222,16 @@ def read_sequence(folder, detections=True):
         _check_frames(sequence, sequence.detections, det_path)
     gt_path = os.path.join(folder, "gt", "gt.txt")
     if os.path.isfile(gt_path):
-        sequence.ground_truth = _read_rows(
-            gt_path, NUM_GT_COLUMNS, "ground-truth file", GT_COLUMNS)
+        rows = _read_rows(gt_path, NUM_GT_COLUMNS, "ground-truth file",
+                          GT_COLUMNS)
+        if rows.shape[1] == MOT15_GT_COLUMNS:
+            ones = np.ones((len(rows), 1))
+            rows = np.hstack([rows[:, :7], ones, ones])
+            sequence.mot15 = True
+            logging.info("%s: %s has 2D MOT 2015's 10 columns: every box "
+                         "is a pedestrian, the 7th column says whether it "
+                         "is considered", name, gt_path)
+        sequence.ground_truth = rows
     return sequence
 
 
@@ -411,7 +428,9 @@ def score(sequences, results, classes=PEDESTRIANS):
     considered are left out). With ``classes`` other than MOT17's
     pedestrians (another tool's class numbers; None: every class), the
     boxes of ``classes`` are scored as pedestrians and the others are
-    left out (MOT17's distractor classes mean nothing there).
+    left out (MOT17's distractor classes mean nothing there). A 2D MOT
+    2015 ``gt.txt`` is scored as TrackEval's MOT15 benchmark scores it:
+    every box considered is a pedestrian, none a distractor.
     """
     trackeval = require_trackeval()
     with tempfile.TemporaryDirectory() as tmp:
@@ -421,7 +440,7 @@ def score(sequences, results, classes=PEDESTRIANS):
         for sequence in sequences:
             folder = os.path.join(gt_dir, sequence.name, "gt")
             os.makedirs(folder)
-            if classes == PEDESTRIANS:
+            if classes == PEDESTRIANS and not sequence.mot15:
                 os.symlink(os.path.abspath(os.path.join(
                     sequence.path, "gt", "gt.txt")),
                     os.path.join(folder, "gt.txt"))

@@ -622,3 +622,52 @@ def test_the_gate_benchmark_summarises_each_operating_point(capsys):
     # default: -5 and -10 points; equal error: 0 and +2
     assert lines == {"default": ["-7.5", "-10.0"],
                      "equal": ["+1.0", "+0.0"]}
+
+
+def _with_ground_truth(sequence_dir, folder, rows, fmt):
+    """A copy of the sequence with ``rows`` as its gt.txt."""
+    copy = folder / os.path.basename(sequence_dir)
+    shutil.copytree(sequence_dir, copy)
+    np.savetxt(copy / "gt" / "gt.txt", rows, delimiter=",", fmt=fmt)
+    return copy
+
+
+def test_mot15_ground_truth_as_it_comes(sequence_dir, tmp_path):
+    """2D MOT 2015's gt.txt (no class, no visibility, world coordinates
+    in columns 8-10) is read as TrackEval's MOT15 benchmark reads it,
+    without --classes: every box a pedestrian, the 7th column the
+    considered flag. It scores and converts as its MOT17-layout twin
+    (class 1, fully visible) does."""
+    from cosine_metric_learning.datasets import mot as mot_crops
+    gt = np.loadtxt(os.path.join(sequence_dir, "gt", "gt.txt"),
+                    delimiter=",")
+    gt[::7, 6] = 0  # some boxes not to be considered
+    twin = gt.copy()
+    twin[:, 7:9] = 1
+    world = np.random.default_rng(0).normal(size=(len(gt), 3))
+    mot15 = _with_ground_truth(sequence_dir, tmp_path / "mot15",
+                               np.hstack([gt[:, :7], world]), "%.6g")
+    mot17 = _with_ground_truth(sequence_dir, tmp_path / "mot17", twin,
+                               "%.6g")
+    result = run_script("-m", "cosine_metric_learning.track",
+                        "--model=none", f"--sequences={mot15}",
+                        f"--output_dir={tmp_path / 'out15'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    scored = json.loads((tmp_path / "out15" / "summary.json").read_text())
+    expected = track.evaluate(["none"], [mot.read_sequence(str(mot17))],
+                              "det", str(tmp_path / "out17"), sweep=False)
+    assert scored["models"]["none"]["runs"][0]["metrics"] == \
+        expected["models"]["none"]["runs"][0]["metrics"]
+    # the converter: the same people, the same crops
+    result = run_script("-m", "cosine_metric_learning.datasets.mot",
+                        f"--sequences={mot15}", "--frame_stride=5",
+                        f"--output_dir={tmp_path / 'people15'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((tmp_path / "people15" / "manifest.json")
+                          .read_text())
+    twin_manifest = mot_crops.convert([str(mot17)],
+                                      str(tmp_path / "people17"),
+                                      frame_stride=5)
+    assert manifest["identities"] == twin_manifest["identities"]
+    assert manifest["counts"] == twin_manifest["counts"]
+    assert manifest["counts"]["kept"] > 0

@@ -21,17 +21,17 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEP = """
 import json, resource, sys, time
-from cosine_metric_learning import mot, track
+from cosine_metric_learning import mot_sequences, track, tracking
 from cosine_metric_learning.datasets import tracklets
 step, sequence_dir, model, out, steps = sys.argv[1:]
-sequence = mot.read_sequence(sequence_dir)
+sequence = mot_sequences.read_sequence(sequence_dir)
 start = time.time()
 if step == "tracklets":
     tracklets.extract([sequence_dir], out)
 elif step == "gate":
-    rows = mot.detection_rows(sequence, "det", 0.3, 1.0)
-    track.calibrate(model, [sequence], {sequence.name: rows}, mot.DEFAULTS,
-                    {})
+    rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
+    track.calibrate(model, [sequence], {sequence.name: rows},
+                    tracking.DEFAULTS, {})
 else:
     from cosine_metric_learning import adapt
     adapt.adapt(model, [sequence_dir], out, number_of_steps=int(steps),

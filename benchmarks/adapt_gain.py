@@ -21,7 +21,7 @@ import os
 import sys
 import tempfile
 
-from cosine_metric_learning import adapt, mot, track
+from cosine_metric_learning import adapt, mot_sequences, track
 from cosine_metric_learning.datasets import synthetic
 
 
@@ -60,7 +60,7 @@ def main(argv=None):
     names = {track.NONE: "motion only", track.IDENTITY: "identity",
              args.model: "model", report["adapted"]: "adapted"}
     summary = track.evaluate(
-        models, [mot.read_sequence(s) for s in held_out], "det",
+        models, [mot_sequences.read_sequence(s) for s in held_out], "det",
         os.path.join(tmp, "tracking"), sweep=True,
         parameters={"max_cosine_distance": track.AUTO})
     table = {}

@@ -22,7 +22,7 @@ import tempfile
 import numpy as np
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import metrics, mot, track
+from cosine_metric_learning import metrics, mot_sequences, track, tracking
 from cosine_metric_learning.datasets import synthetic, tracklets
 
 TARGETS = (0.001, 0.003, 0.01, 0.03, 0.1)
@@ -34,13 +34,14 @@ def idf1_at(gate, scenes):
     with tempfile.TemporaryDirectory() as tmp:
         results = {}
         for sequence, rows, features, _ in scenes:
-            tracked = mot.run_tracker(
+            tracked = tracking.run_tracker(
                 rows, features, sequence.num_frames, **{
-                    **{k: mot.DEFAULTS[k] for k in mot.TRACKER_PARAMETERS},
+                    **{k: tracking.DEFAULTS[k]
+                       for k in tracking.TRACKER_PARAMETERS},
                     "max_cosine_distance": gate})
             results[sequence.name] = os.path.join(tmp, sequence.name)
-            mot.write_results(results[sequence.name], tracked)
-        return mot.score([s for s, *_ in scenes], results)["COMBINED"][
+            tracking.write_results(results[sequence.name], tracked)
+        return tracking.score([s for s, *_ in scenes], results)["COMBINED"][
             "IDF1"]
 
 
@@ -59,7 +60,8 @@ def main(argv=None):
         synthetic.parse_scenes(args.scenes)
     except ValueError as e:
         parser.error(f"--scenes: {e}")
-    sequences = [mot.read_sequence(s) for s in synthetic.write_mot_scenes(
+    sequences = [mot_sequences.read_sequence(s)
+                 for s in synthetic.write_mot_scenes(
         tempfile.mkdtemp(prefix="gate_scenes."), args.scenes,
         args.look_alike, "CROSS")]
     table = {}
@@ -67,8 +69,8 @@ def main(argv=None):
         encoder = encoder_lib.load(model)
         scenes, same, different = [], [], []
         for sequence in sequences:
-            rows = mot.detection_rows(sequence, "det", 0.3, 1.0)
-            features = mot.encode_rows(encoder, sequence, rows)
+            rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
+            features = tracking.encode_rows(encoder, sequence, rows)
             pieces = tracklets.motion_pieces(sequence, rows)[0]
             s, d = tracklets.pair_distances(features, rows, pieces)
             same.append(s)

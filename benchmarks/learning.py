@@ -33,7 +33,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import logging
 
-from cosine_metric_learning import mot, protocol, settings, track, training
+from cosine_metric_learning import mot_sequences, protocol, settings, track
+from cosine_metric_learning import training
 from cosine_metric_learning.datasets import synthetic
 from cosine_metric_learning.datasets.spec import MARKET1501
 
@@ -166,7 +167,8 @@ def main(argv=None):
         tracking, metrics, motion = None, METRICS, None
         if args.scenes != "none":
             tracking = tracking_of(
-                [mot.read_sequence(s) for s in synthetic.write_mot_scenes(
+                [mot_sequences.read_sequence(s)
+                 for s in synthetic.write_mot_scenes(
                     os.path.join(tmp, "scenes"), args.scenes,
                     args.look_alike)], os.path.join(tmp, "tracking"))
             metrics, motion = METRICS + TRACKING, tracking(track.NONE)

@@ -4,7 +4,7 @@ runtime, and where the time goes.
 A sequence of 1920x1080 JPEG frames is written to a temporary folder,
 each with ``DETECTIONS`` synthetic people at random sizes; their boxes are
 the detections. Each configuration encodes every frame's boxes as
-``cosine_metric_learning.track`` does (``mot.encode_rows``: the next frame
+``cosine_metric_learning.track`` does (``tracking.encode_rows``: the next frame
 decoded and cut while one is encoded, the boxes cut and resized at once,
 one batch a frame), then the same frames are timed step by step: decoding,
 cutting, the bare network on the same crops, and Deep SORT's tracking.
@@ -36,7 +36,7 @@ from PIL import Image
 
 from cosine_metric_learning import checkpoints, deploy
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import mot
+from cosine_metric_learning import mot_sequences, tracking
 from cosine_metric_learning.datasets import synthetic
 from cosine_metric_learning.nets.deep_sort import network_definition
 from tests.reference import spread_kernels
@@ -88,7 +88,7 @@ def steps(loaded, sequence, rows):
     times = {"decode": [], "cut": [], "network": []}
     for frame in np.unique(rows[:, 0]).astype(int):
         start = time.perf_counter()
-        image = mot.read_frame(sequence.frame_paths[frame - 1])
+        image = mot_sequences.read_frame(sequence.frame_paths[frame - 1])
         times["decode"].append(time.perf_counter() - start)
         boxes = rows[rows[:, 0] == frame, 2:6]
         start = time.perf_counter()
@@ -133,16 +133,16 @@ def main(argv=None):
             (name, path, backend) for name, path in exports.items()
             for backend in (("fastest", "onnxruntime")
                             if name == "ONNX int8" else ("fastest",))]
-        sequence = mot.read_sequence(folder)
+        sequence = mot_sequences.read_sequence(folder)
         rows = sequence.detections
         results, reference = [], None
         for name, path, backend in configurations:
             loaded = encoder_lib.load(path, backend=backend)
             # warm-up: the first frame traces or compiles the encoder
-            mot.encode_rows(loaded, sequence, rows[rows[:, 0] == 1])
+            tracking.encode_rows(loaded, sequence, rows[rows[:, 0] == 1])
             done = [time.perf_counter()]
-            features = mot.encode_rows(loaded, sequence, rows,
-                                       progress_secs=1e9, frame_times=done)
+            features = tracking.encode_rows(
+                loaded, sequence, rows, progress_secs=1e9, frame_times=done)
             rate = args.frames / (done[-1] - done[0])
             whole = statistics.median(np.diff(done))
             reference = features if reference is None else reference
@@ -150,10 +150,10 @@ def main(argv=None):
                             steps(loaded, sequence, rows),
                             float(cosines(features, reference).min())))
         start = time.perf_counter()
-        mot.run_tracker(rows, reference, sequence.num_frames,
-                        **{k: mot.DEFAULTS[k]
-                           for k in mot.TRACKER_PARAMETERS})
-        tracking = (time.perf_counter() - start) / args.frames
+        tracking.run_tracker(rows, reference, sequence.num_frames,
+                             **{k: tracking.DEFAULTS[k]
+                                for k in tracking.TRACKER_PARAMETERS})
+        per_frame = (time.perf_counter() - start) / args.frames
     print(f"\n{os.cpu_count()} CPU cores, {args.frames} frames of "
           f"{WIDTH}x{HEIGHT} JPEG, {DETECTIONS} boxes each, model "
           f"{args.model or 'a fresh network'}; milliseconds a frame "
@@ -170,7 +170,7 @@ def main(argv=None):
               f"{1000 * split['network']:8.1f} "
               f"{whole / split['network']:9.2f} {rate / base:6.2f} "
               f"{cosine:8.4f}")
-    print(f"tracking (deep-sort-realtime): {1000 * tracking:.1f} ms a frame")
+    print(f"tracking (deep-sort-realtime): {1000 * per_frame:.1f} ms a frame")
 
 
 if __name__ == "__main__":

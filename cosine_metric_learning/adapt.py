@@ -46,7 +46,8 @@ import shutil
 import tensorflow as tf
 from absl import app, flags, logging
 
-from cosine_metric_learning import checkpoints, cli, files, mot, settings
+from cosine_metric_learning import checkpoints, cli, files, mot_sequences
+from cosine_metric_learning import settings, tracking
 from cosine_metric_learning import track
 from cosine_metric_learning.datasets import image_folder, tracklets
 from cosine_metric_learning.datasets.spec import DatasetSpec
@@ -164,13 +165,13 @@ def _check_same(output_dir, recorded, current):
 
 def _numbers(path, sequences, rows_of, scored, cache):
     """A model's gate and, with ground truth, its IDF1 at that gate."""
-    gate = track.calibrate(path, sequences, rows_of, mot.DEFAULTS, cache)
+    gate = track.calibrate(path, sequences, rows_of, tracking.DEFAULTS, cache)
     numbers = {"self_calibrated_gate": gate}
     if scored and gate is not None:
-        numbers["IDF1"] = mot.track_and_score_features(
+        numbers["IDF1"] = tracking.track_and_score_features(
             scored, rows_of, {s.name: track.model_features(
                 path, s, rows_of[s.name], cache) for s in scored},
-            {**mot.DEFAULTS, "max_cosine_distance": gate["gate"]})["IDF1"]
+            {**tracking.DEFAULTS, "max_cosine_distance": gate["gate"]})["IDF1"]
     return numbers
 
 
@@ -198,7 +199,7 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
                                        track_min_confidence, cut)
     scored = [s for s in sequences if s.ground_truth is not None]
     for sequence in scored:
-        mot.check_ground_truth(sequence)
+        mot_sequences.check_ground_truth(sequence)
     rows_of = {s.name: tracklets.tracked_rows(s, track_min_confidence)
                for s in sequences}
     inputs = _inputs(model, prefix, sequences, {
@@ -310,9 +311,9 @@ def format_report(report):
 
 def main(argv):
     def run():
-        mot.require_tracker()
+        tracking.require_tracker()
         report = adapt(
-            FLAGS.model, mot.find_sequences(FLAGS.sequences),
+            FLAGS.model, mot_sequences.find_sequences(FLAGS.sequences),
             FLAGS.output_dir, FLAGS.number_of_steps, FLAGS.batch_size,
             FLAGS.export, FLAGS.track_min_confidence,
             **{name: getattr(FLAGS, name) for name in tracklets.DEFAULTS})

@@ -16,7 +16,8 @@ from absl import logging
 from tensorboard.compat.proto import event_pb2
 
 from cosine_metric_learning import checkpoints, features, metrics
-from cosine_metric_learning import backends, mot, pictures
+from cosine_metric_learning import backends, mot_sequences, pictures
+from cosine_metric_learning import tracking
 from cosine_metric_learning import run_settings
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning.errors import TrainingError, UsageError
@@ -87,14 +88,15 @@ class _Evaluator:
         # --track_sequences: read and checked now, tracked at each step
         self.sequences = []
         if config.track_sequences:
-            mot.require_tracker()
-            mot.require_trackeval()
-            self.sequences = mot.read_sequences(config.track_sequences)
+            tracking.require_tracker()
+            tracking.require_trackeval()
+            self.sequences = mot_sequences.read_sequences(
+                config.track_sequences)
             for sequence in self.sequences:
-                mot.check_ground_truth(sequence)
-                mot.detection_rows(sequence, "det",
-                                   mot.DEFAULTS["min_confidence"],
-                                   mot.DEFAULTS["nms_max_overlap"])
+                mot_sequences.check_ground_truth(sequence)
+                tracking.detection_rows(sequence, "det",
+                                        tracking.DEFAULTS["min_confidence"],
+                                        tracking.DEFAULTS["nms_max_overlap"])
         self.done_steps = evaluated_steps(self.eval_dir)
         self.writer = tf.summary.create_file_writer(self.eval_dir)
         self.results, self.failures, self.handled = [], {}, set()
@@ -158,10 +160,11 @@ class _Evaluator:
         # the --max_cosine_distance Deep SORT should use with it
         values["gate/max_cosine_distance"] = metrics.equal_error_gate(
             pairs, same)["threshold"]
-        tracking = mot.track_and_score(self.patch_encoder, self.sequences)
+        tracked = tracking.track_and_score(self.patch_encoder,
+                                           self.sequences)
         for name in ("HOTA", "IDF1", "IDSW"):
-            if tracking is not None:
-                values[f"tracking/{name}"] = tracking[name]
+            if tracked is not None:
+                values[f"tracking/{name}"] = tracked[name]
         picture = self.ranked_retrieval(features)
         with self.writer.as_default(step=step):
             for name, value in values.items():

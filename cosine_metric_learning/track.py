@@ -21,11 +21,11 @@ gates and budgets and names the best; the gate found on the ground truth
 same frame, at equal error) is printed beside it.
 
 Every flag, sequence (``gt.txt`` and ``det.txt`` as
-:func:`mot.check_ground_truth` and :func:`mot.read_sequence` check them)
-and model is checked before the work; ``--output_dir`` is written whole
-(Ctrl-C leaves nothing) and replaces only an earlier output of the
-command. The tracker and the metrics are the optional ``track``
-dependencies.
+:func:`mot_sequences.check_ground_truth` and
+:func:`mot_sequences.read_sequence` check them) and model is checked
+before the work; ``--output_dir`` is written whole (Ctrl-C leaves
+nothing) and replaces only an earlier output of the command. The
+tracker and the metrics are the optional ``track`` dependencies.
 """
 
 if __name__ == "__main__":  # Ctrl-C while the imports load: one line
@@ -41,7 +41,8 @@ from absl import app, flags, logging
 
 from cosine_metric_learning import backends
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import files, metrics, mot
+from cosine_metric_learning import files, metrics, mot_sequences
+from cosine_metric_learning import tracking
 from cosine_metric_learning.datasets import tracklets
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags
@@ -53,14 +54,14 @@ FLAG_NAMES = {"path": "--model", "models": "--model",
               "backend": "--backend", "sequences": "--sequences",
               "detections": "--detections",
               "classes": "--classes", "output_dir": "--output_dir",
-              **{name: f"--{name}" for name in mot.DEFAULTS}}
+              **{name: f"--{name}" for name in tracking.DEFAULTS}}
 NONE = "none"
 # --model=identity: a box's feature is its ground-truth track's (a seeded
 # random unit vector per track; a detection that overlaps no ground-truth
 # box by IDENTITY_MIN_IOU gets one of its own)
 IDENTITY = "identity"
 IDENTITY_MIN_IOU = 0.5
-DEFAULTS = mot.DEFAULTS
+DEFAULTS = tracking.DEFAULTS
 SWEEP_GATES = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
 SWEEP_BUDGETS = (100,)
 # gates the sweep adds between the best grid gate's neighbours
@@ -106,12 +107,13 @@ def model_features(path, sequence, rows, cache, boxes="detections"):
     key = (path, sequence.name, boxes)
     if key not in cache:
         if path is None:
-            cache[key] = mot.random_features(len(rows))
+            cache[key] = tracking.random_features(len(rows))
         elif path == IDENTITY:
             cache[key] = identity_features(sequence, rows,
                                            boxes == "detections")
         else:
-            cache[key] = mot.encode_rows(_load(path, cache), sequence, rows)
+            cache[key] = tracking.encode_rows(
+                _load(path, cache), sequence, rows)
     return cache[key]
 
 
@@ -128,17 +130,18 @@ def identity_features(sequence, rows, detections=True):
         tracks[:] = rows[:, 1]
     else:
         gt = sequence.ground_truth
-        gt = gt[mot.considered(gt, None)]
+        gt = gt[mot_sequences.considered(gt, None)]
         for frame in np.unique(rows[:, 0]):
             mine = np.flatnonzero(rows[:, 0] == frame)
             theirs = gt[gt[:, 0] == frame]
             if not len(theirs):
                 continue
-            overlap = mot.box_overlaps(rows[mine, 2:6], theirs[:, 2:6])
+            overlap = mot_sequences.box_overlaps(
+                rows[mine, 2:6], theirs[:, 2:6])
             r, c = scipy.optimize.linear_sum_assignment(-overlap)
             matched = overlap[r, c] >= IDENTITY_MIN_IOU
             tracks[mine[r[matched]]] = theirs[c[matched], 1]
-    features = mot.random_features(len(rows))
+    features = tracking.random_features(len(rows))
     for track in np.unique(tracks[tracks >= 0]):
         vector = np.random.default_rng([1, int(track)]).normal(
             size=features.shape[1])
@@ -156,7 +159,8 @@ def _load(path, cache, backend="auto"):
 
 # Tracking -------------------------------------------------------------------
 
-def ground_truth_gate(sequence, model, cache, classes=mot.PEDESTRIANS):
+def ground_truth_gate(sequence, model, cache,
+                      classes=mot_sequences.PEDESTRIANS):
     """The equal-error cosine gate on the ground truth: a track's own
     boxes ``GATE_FRAME_GAP`` frames apart against different tracks' boxes
     in the same frame (boxes of ``classes`` to be considered, at least
@@ -165,10 +169,10 @@ def ground_truth_gate(sequence, model, cache, classes=mot.PEDESTRIANS):
     gt = sequence.ground_truth
     if gt is None:
         return None
-    rows = gt[mot.considered(gt, classes) & (gt[:, 8] >=
-                                             GATE_MIN_VISIBILITY)]
+    rows = gt[mot_sequences.considered(gt, classes) & (gt[:, 8] >=
+                                                       GATE_MIN_VISIBILITY)]
     features = model_features(model, sequence, rows[:, :7], cache,
-                               "ground truth")
+                              "ground truth")
     where = {(int(f), int(t)): i for i, (f, t) in enumerate(rows[:, :2])}
     same, different = [], []
     for (frame, track), i in where.items():
@@ -261,34 +265,35 @@ def _safe(label):
 
 
 def evaluate(models, sequences, detections, output_dir, sweep,
-             parameters=None, cache=None, classes=mot.PEDESTRIANS,
+             parameters=None, cache=None, classes=mot_sequences.PEDESTRIANS,
              backend="auto"):
     """Track every sequence with every model at ``parameters`` (the keys
-    of :data:`mot.DEFAULTS`; default those) and, with ``sweep``, every
+    of :data:`tracking.DEFAULTS`; default those) and, with ``sweep``, every
     gate and budget of the grid; score the boxes of ``classes`` (see
-    :func:`mot.score`). Every argument is checked before the work;
+    :func:`tracking.score`). Every argument is checked before the work;
     ``output_dir`` (empty, or an earlier output) is written whole or not
     at all, with ``summary.json``; the models run on ``backend`` (see
     :func:`encoder.load`). Returns the summary."""
     base = {**DEFAULTS, **(parameters or {})}
     check_parameters(base)
-    mot.check_classes(classes)
+    mot_sequences.check_classes(classes)
     labels = model_labels(models)
-    mot.check_distinct(sequences, "sequences", [s.path for s in sequences])
+    mot_sequences.check_distinct(sequences, "sequences", [
+                                 s.path for s in sequences])
     cache = {} if cache is None else cache
     files.check_output(output_dir, OUTPUT)
     scored = [s for s in sequences if s.ground_truth is not None]
     for s in sequences:
-        mot.check_ground_truth(s, classes)
+        mot_sequences.check_ground_truth(s, classes)
         if s.ground_truth is None:
             logging.warning("Sequence %s has no gt/gt.txt: it is tracked, "
                             "but cannot be scored", s.name)
     if detections == "det":
         for sequence in sequences:
-            logging.info("%s", mot.describe_scores(
+            logging.info("%s", mot_sequences.describe_scores(
                 sequence, [("--min_confidence", base["min_confidence"])]))
     # the tracked boxes, the same for every model and setting
-    rows_of = {sequence.name: mot.detection_rows(
+    rows_of = {sequence.name: tracking.detection_rows(
         sequence, detections, base["min_confidence"],
         base["nms_max_overlap"], classes) for sequence in sequences}
     for model in models:  # a bad model fails before the tracking
@@ -354,13 +359,13 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
             if calibrated and not runs:  # a model's, for deep_sort_app
                 write_detections_file(
                     written(folder, f"{sequence.name}.npy"), rows, features)
-            tracked = mot.run_tracker(
+            tracked = tracking.run_tracker(
                 rows, features, sequence.num_frames,
-                **{k: setting[k] for k in mot.TRACKER_PARAMETERS})
+                **{k: setting[k] for k in tracking.TRACKER_PARAMETERS})
             results[sequence.name] = written(folder, name,
                                              f"{sequence.name}.txt")
-            mot.write_results(results[sequence.name], tracked)
-        numbers = mot.score(scored, results, classes) if scored else {}
+            tracking.write_results(results[sequence.name], tracked)
+        numbers = tracking.score(scored, results, classes) if scored else {}
         runs.append({"parameters": setting, "results": os.path.join(
             output_dir, folder, name), "metrics": numbers})
 
@@ -434,7 +439,7 @@ def calibrate(path, sequences, rows_of, parameters, cache):
 def format_table(summary):
     """A row per model (its default setting and, swept, its best)."""
     header = (f"{'model':32s} {'gate':>6s} {'budget':>6s} "
-              + " ".join(f"{m:>6s}" for m in mot.METRICS))
+              + " ".join(f"{m:>6s}" for m in tracking.METRICS))
     lines = [header, "-" * len(header)]
     for model, entry in summary["models"].items():
         shown = [("", entry["runs"][0])]
@@ -449,7 +454,7 @@ def format_table(summary):
             gate = "-" if model == NONE else f"{p['max_cosine_distance']:g}"
             values = " ".join(
                 f"{combined[m]:6d}" if m == "IDSW"
-                else f"{100 * combined[m]:6.1f}" for m in mot.METRICS)
+                else f"{100 * combined[m]:6.1f}" for m in tracking.METRICS)
             lines.append(f"{(entry['label'] + suffix)[-32:]:32s} {gate:>6s} "
                          f"{p['nn_budget']:>6d} {values}")
     return "\n".join(lines)
@@ -509,9 +514,9 @@ def format_gates(entry, given, model=None):
 
 
 def check_parameters(parameters):
-    """:func:`mot.check_parameters`, where the gate may be ``auto``."""
-    mot.check_parameters({k: v for k, v in parameters.items()
-                          if (k, v) != ("max_cosine_distance", AUTO)})
+    """:func:`tracking.check_parameters`, where the gate may be ``auto``."""
+    tracking.check_parameters({k: v for k, v in parameters.items()
+                               if (k, v) != ("max_cosine_distance", AUTO)})
 
 
 def parse_gate(text):
@@ -528,18 +533,18 @@ def parse_gate(text):
 
 def main(argv):
     def run():
-        mot.require_tracker()
-        mot.require_trackeval()
+        tracking.require_tracker()
+        tracking.require_trackeval()
         parameters = {name: getattr(FLAGS, name) for name in DEFAULTS}
         parameters["max_cosine_distance"] = parse_gate(
             FLAGS.max_cosine_distance)
         check_parameters(parameters)  # before reading the sequences
-        classes = mot.parse_classes(FLAGS.classes)
+        classes = mot_sequences.parse_classes(FLAGS.classes)
         models = [m.strip() for m in FLAGS.model.split(",") if m.strip()]
         model_labels(models)
         # ground-truth boxes need no det/det.txt
-        sequences = mot.read_sequences(FLAGS.sequences,
-                                       FLAGS.detections == "det")
+        sequences = mot_sequences.read_sequences(FLAGS.sequences,
+                                                 FLAGS.detections == "det")
         output_dir = FLAGS.output_dir
         summary = evaluate(models, sequences, FLAGS.detections, output_dir,
                            FLAGS.sweep, parameters, _CACHE, classes,
@@ -581,7 +586,8 @@ def define_flags():
                          f"{', '.join(map(str, SWEEP_GATES))} with "
                          f"--nn_budget {', '.join(map(str, SWEEP_BUDGETS))}; "
                          "the best by IDF1 is printed.")
-    flags.DEFINE_string("classes", ",".join(map(str, mot.PEDESTRIANS)),
+    flags.DEFINE_string("classes",
+                        ",".join(map(str, mot_sequences.PEDESTRIANS)),
                         "Classes of gt.txt scored as the tracked people "
                         "(its 8th column, comma-separated; MOT17: 1 is a "
                         "pedestrian; CVAT: the line of the label in "

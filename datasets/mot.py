@@ -44,13 +44,13 @@ import numpy as np
 from absl import app, flags, logging
 from PIL import Image
 
-from cosine_metric_learning import files, mot
+from cosine_metric_learning import files, mot_sequences
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.errors import parse_flags, report_errors
 
-NUM_COLUMNS = mot.NUM_GT_COLUMNS
-DEFAULTS = {"classes": mot.PEDESTRIANS, "min_visibility": 0.25,
+NUM_COLUMNS = mot_sequences.NUM_GT_COLUMNS
+DEFAULTS = {"classes": mot_sequences.PEDESTRIANS, "min_visibility": 0.25,
             "min_height": 32, "frame_stride": 1}
 JPEG_QUALITY = 95
 MANIFEST = "manifest.json"
@@ -106,7 +106,7 @@ def select_boxes(rows, frame_shape, frame_exists, classes=DEFAULTS["classes"],
     Parameters
     ----------
     rows : ndarray (N, >= 9)
-        ``gt.txt``'s rows (see :data:`mot.GT_COLUMNS`).
+        ``gt.txt``'s rows (see :data:`mot_sequences.GT_COLUMNS`).
     frame_shape : (height, width, ...)
     frame_exists : callable
         ``frame_exists(frame number)``: whether ``img1/`` has the frame.
@@ -256,9 +256,10 @@ def convert(sequence_folders, output_dir, **filters):
     files.check_output(output_dir, OUTPUT)  # before reading anything
     # only img1/ and gt/gt.txt are read: det/ may be absent, or list
     # frames that were not kept
-    sequences = [mot.read_sequence(f, detections=False)
+    sequences = [mot_sequences.read_sequence(f, detections=False)
                  for f in sequence_folders]
-    mot.check_distinct(sequences, "sequence_folders", sequence_folders)
+    mot_sequences.check_distinct(
+        sequences, "sequence_folders", sequence_folders)
     manifest = {"sources": [], "filters": {
         k: (list(v) if isinstance(v, tuple) else v)
         for k, v in filters.items()},
@@ -340,14 +341,14 @@ def check_filters(min_visibility, min_height, frame_stride, classes=None):
     if frame_stride < 1:
         raise ArgumentError("frame_stride", frame_stride,
                             "expected at least 1 (every frame)")
-    mot.check_classes(classes)
+    mot_sequences.check_classes(classes)
 
 
 def main(argv):
     def run():
         manifest = convert(
-            mot.find_sequences(FLAGS.sequences), FLAGS.output_dir,
-            classes=mot.parse_classes(FLAGS.classes),
+            mot_sequences.find_sequences(FLAGS.sequences), FLAGS.output_dir,
+            classes=mot_sequences.parse_classes(FLAGS.classes),
             min_visibility=FLAGS.min_visibility,
             min_height=FLAGS.min_height, frame_stride=FLAGS.frame_stride)
         print(format_report(manifest, FLAGS.output_dir))

@@ -5,11 +5,12 @@ confident tracklets as identities, and a gate chosen without ground truth.
         --sequences=./my_videos --model=none --output_dir=./my_tracklets
 
 Each MOTChallenge sequence (``img1/`` and ``det/det.txt``; ``gt/`` is
-never read) is tracked by Deep SORT (:mod:`mot`) on its detections at or
+never read) is tracked by Deep SORT (:mod:`tracking`) on its detections at or
 above ``--track_min_confidence``: by motion alone with ``--model=none``,
 or with the model's features at its self-calibrated gate. Each
 sequence's score range, and how many detections each threshold keeps,
-is logged before the work (detectors score on scales of their own). Every tracklet is cut where it cannot be trusted to stay on one
+is logged before the work (detectors score on scales of their own).
+Every tracklet is cut where it cannot be trusted to stay on one
 person: where its box overlaps another box of the frame by more than
 ``--max_overlap`` of its area (crossings, occlusion), where the tracker
 lost it and took it up again, and at a detection below
@@ -42,7 +43,7 @@ import os
 import numpy as np
 from absl import app, flags, logging
 
-from cosine_metric_learning import files, mot
+from cosine_metric_learning import files, mot_sequences, tracking
 from cosine_metric_learning.datasets import mot as mot_crops
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags, report_errors
@@ -51,7 +52,7 @@ DEFAULTS = {"min_confidence": 0.5, "max_overlap": 0.1, "min_length": 8,
             "frame_stride": 2, "min_height": 32}
 # detections below this are not given to the tracker (Deep SORT's
 # --min_confidence)
-TRACK_MIN_CONFIDENCE = mot.DEFAULTS["min_confidence"]
+TRACK_MIN_CONFIDENCE = tracking.DEFAULTS["min_confidence"]
 # the reasons a tracked box is not a crop, in the order they are tested
 REASONS = collections.OrderedDict([
     ("untracked", "not on a confirmed track"),
@@ -82,7 +83,7 @@ def coverage(rows):
     for frame in np.unique(rows[:, 0]):
         index = np.flatnonzero(rows[:, 0] == frame)
         boxes = rows[index, 2:6]
-        share = mot.box_intersections(boxes, boxes) / np.maximum(
+        share = mot_sequences.box_intersections(boxes, boxes) / np.maximum(
             boxes[:, 2] * boxes[:, 3], 1e-9)[:, None]
         np.fill_diagonal(share, 0.0)
         covered[index] = share.max(axis=1) if len(index) > 1 else 0.0
@@ -103,7 +104,7 @@ def cut_tracklets(rows, matches, frame_shape,
         The tracked detections (``det.txt``'s rows).
     matches : list of (frame, track, row index)
         Which detection each confirmed track was updated with
-        (:func:`mot.run_tracker`'s ``matches``).
+        (:func:`tracking.run_tracker`'s ``matches``).
     frame_shape : (height, width, ...)
 
     Returns
@@ -271,11 +272,12 @@ def motion_pieces(sequence, rows, parameters=None, **cut):
     """The pieces of ``rows``' motion-only tracks (appearance off: random
     features), cut as :func:`cut_tracklets` cuts; the tracklets a gate is
     calibrated on, whatever model is calibrated."""
-    parameters = {**mot.DEFAULTS, **(parameters or {})}
+    parameters = {**tracking.DEFAULTS, **(parameters or {})}
     matches = []
-    mot.run_tracker(rows, mot.random_features(len(rows)),
-                    sequence.num_frames, matches=matches,
-                    **{k: parameters[k] for k in mot.TRACKER_PARAMETERS})
+    tracking.run_tracker(rows, tracking.random_features(len(rows)),
+                         sequence.num_frames, matches=matches,
+                         **{k: parameters[k]
+                            for k in tracking.TRACKER_PARAMETERS})
     return cut_tracklets(rows, matches, sequence.image_shape, **cut)
 
 
@@ -324,14 +326,16 @@ def _check_detections(sequence):
 
 
 def read_checked(sequence_folders, track_min_confidence, cut):
-    """The :class:`mot.Sequence` objects of the folders, their detections
-    checked; each one's score range and what ``--track_min_confidence``
-    and the cut's ``--min_confidence`` keep of them is logged."""
-    sequences = [mot.read_sequence(f) for f in sequence_folders]
-    mot.check_distinct(sequences, "sequence_folders", sequence_folders)
+    """The :class:`mot_sequences.Sequence` objects of the folders, their
+    detections checked; each one's score range and what
+    ``--track_min_confidence`` and the cut's ``--min_confidence`` keep of
+    them is logged."""
+    sequences = [mot_sequences.read_sequence(f) for f in sequence_folders]
+    mot_sequences.check_distinct(
+        sequences, "sequence_folders", sequence_folders)
     for sequence in sequences:
         _check_detections(sequence)
-        logging.info("%s", mot.describe_scores(sequence, [
+        logging.info("%s", mot_sequences.describe_scores(sequence, [
             ("--track_min_confidence", track_min_confidence),
             ("--min_confidence", cut["min_confidence"])]))
     return sequences
@@ -339,8 +343,8 @@ def read_checked(sequence_folders, track_min_confidence, cut):
 
 def tracked_rows(sequence, track_min_confidence):
     """The detections the tracker is given (no suppression)."""
-    return mot.detection_rows(sequence, "det", track_min_confidence, 1.0,
-                              argument="track_min_confidence")
+    return tracking.detection_rows(sequence, "det", track_min_confidence, 1.0,
+                                   argument="track_min_confidence")
 
 
 def extract(sequence_folders, output_dir, model="none",
@@ -368,7 +372,7 @@ def extract_sequences(sequences, output_dir, model="none",
     tracked = []  # (sequence, rows, features, motion pieces)
     for sequence in sequences:
         rows = tracked_rows(sequence, track_min_confidence)
-        features = None if encoder is None else mot.encode_rows(
+        features = None if encoder is None else tracking.encode_rows(
             encoder, sequence, rows)
         tracked.append((sequence, rows, features,
                         motion_pieces(sequence, rows, **cut)))
@@ -390,10 +394,10 @@ def extract_sequences(sequences, output_dir, model="none",
     for sequence, rows, features, result in tracked:
         if encoder is not None:  # tracked again, with the model
             matches = []
-            mot.run_tracker(rows, features, sequence.num_frames,
-                            matches=matches, **{
-                                **{k: mot.DEFAULTS[k]
-                                   for k in mot.TRACKER_PARAMETERS},
+            tracking.run_tracker(rows, features, sequence.num_frames,
+                                 matches=matches, **{
+                                **{k: tracking.DEFAULTS[k]
+                                   for k in tracking.TRACKER_PARAMETERS},
                                 "max_cosine_distance": gate["gate"]})
             result = cut_tracklets(rows, matches, sequence.image_shape, **cut)
         pieces, crops, counts = result
@@ -450,9 +454,9 @@ def format_report(manifest, output_dir):
 
 def main(argv):
     def run():
-        mot.require_tracker()
+        tracking.require_tracker()
         manifest = extract(
-            mot.find_sequences(FLAGS.sequences), FLAGS.output_dir,
+            mot_sequences.find_sequences(FLAGS.sequences), FLAGS.output_dir,
             FLAGS.model, FLAGS.track_min_confidence,
             **{name: getattr(FLAGS, name) for name in DEFAULTS})
         print(format_report(manifest, FLAGS.output_dir))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cosine_metric_learning import kit_features, mot, protocol
+from cosine_metric_learning import kit_features, mot_sequences, protocol
 from cosine_metric_learning.datasets import image_folder, synthetic
 from cosine_metric_learning.datasets import mot as mot_crops
 from cosine_metric_learning.datasets.spec import DatasetSpec
@@ -229,9 +229,9 @@ def test_bad_annotations_and_outputs_are_one_line(hand_made, tmp_path):
         with pytest.raises(UsageError, match=re.escape(message)):
             mot_crops.convert([str(sequence)], out, **filters)
     with pytest.raises(UsageError, match="--classes=people"):
-        mot.parse_classes("people")
-    assert mot.parse_classes("all") is None
-    assert mot.parse_classes("1,7") == (1, 7)
+        mot_sequences.parse_classes("people")
+    assert mot_sequences.parse_classes("all") is None
+    assert mot_sequences.parse_classes("1,7") == (1, 7)
     assert not (tmp_path / "out").exists()
 
 
@@ -346,8 +346,9 @@ def test_train_on_converted_sequences_and_test_on_held_out_people(tmp_path):
         synthetic.write_mot_sequence(str(tmp_path / "test_seqs"),
                                      seed=200 + seed, name=f"TEST-{seed}")
     for part in ("train", "test"):
-        mot_crops.convert(mot.find_sequences(str(tmp_path / f"{part}_seqs")),
-                          str(tmp_path / part), frame_stride=4)
+        mot_crops.convert(
+            mot_sequences.find_sequences(str(tmp_path / f"{part}_seqs")),
+            str(tmp_path / part), frame_stride=4)
     run = ("train_custom.py", f"--log_dir={tmp_path / 'runs'}",
            "--run_id=own")
     result = run_script(*run, f"--dataset_dir={tmp_path / 'train'}",

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from cosine_metric_learning import mot, track
+from cosine_metric_learning import mot_sequences, track, tracking
 from cosine_metric_learning.datasets import synthetic
 from cosine_metric_learning.errors import UsageError
 from tests.conftest import one_error_line, read_events, run_script
@@ -32,11 +32,12 @@ def _hand_made(tmp_path, gt_rows, result_rows, frames=2):
     (folder / "gt").mkdir(parents=True, exist_ok=True)
     with open(folder / "gt" / "gt.txt", "w") as f:
         f.writelines(",".join(map(str, r)) + ",1,1,1\n" for r in gt_rows)
-    sequence = mot.Sequence("HAND-01", str(folder), frames, (100, 100, 3),
-                            [], np.zeros((0, 7)), np.array(gt_rows, float))
+    sequence = mot_sequences.Sequence(
+        "HAND-01", str(folder), frames, (100, 100, 3), [], np.zeros((0, 7)),
+        np.array(gt_rows, float))
     results = str(tmp_path / "results.txt")
-    mot.write_results(results, result_rows)
-    return mot.score([sequence], {"HAND-01": results})
+    tracking.write_results(results, result_rows)
+    return tracking.score([sequence], {"HAND-01": results})
 
 
 def test_hota_on_a_hand_made_case(tmp_path):
@@ -64,9 +65,9 @@ def test_non_max_suppression_keeps_the_best_of_overlapping_boxes():
     boxes = np.array([[0, 0, 10, 10], [1, 1, 10, 10], [50, 50, 10, 10]],
                      float)
     scores = np.array([0.5, 0.9, 0.7])
-    assert mot.non_max_suppression(boxes, scores, 0.5).tolist() == [1, 2]
-    assert mot.non_max_suppression(boxes, scores, 1.0).tolist() == [0, 1,
-                                                                        2]
+    assert tracking.non_max_suppression(boxes, scores, 0.5).tolist() == [1, 2]
+    assert tracking.non_max_suppression(boxes, scores, 1.0).tolist() == [0, 1,
+                                                                         2]
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,7 @@ def test_the_command_reports_motmetrics_idf1(sequence_dir, tracked):
 
 
 def test_the_sweep_names_a_gate_and_the_command_line(sequence_dir, trained,
-                                                      tracked):
+                                                     tracked):
     output, stdout, summary = tracked
     assert set(summary["models"]) == {"none", trained[0]}
     entry = summary["models"][trained[0]]
@@ -165,28 +166,28 @@ def test_bad_sequences_are_one_line_and_nothing_is_replaced(
     shutil.copytree(sequence_dir, broken)
     (broken / "det" / "det.txt").write_text("1,-1,10,10,20\n")
     with pytest.raises(UsageError, match="has 5 columns; expected 7"):
-        mot.read_sequence(str(broken))
+        mot_sequences.read_sequence(str(broken))
     shutil.copy(os.path.join(sequence_dir, "det", "det.txt"),
                 broken / "det" / "det.txt")
     os.remove(broken / "img1" / "000003.jpg")
     with pytest.raises(UsageError, match=r"frames listed in .* are missing "
                        r"from .*img1.* \(e.g. frame 3;"):
-        mot.read_sequence(str(broken))
+        mot_sequences.read_sequence(str(broken))
     # without its detections the sequence does not open det/ at all
-    sequence = mot.read_sequence(str(broken), detections=False)
+    sequence = mot_sequences.read_sequence(str(broken), detections=False)
     assert sequence.detections is None and sequence.ground_truth is not None
     # a Python caller is told its arguments' names
     with pytest.raises(UsageError, match="detections='det': sequence "
                        "SYNTH-01 has no det/det.txt"):
-        mot.detection_rows(sequence, "det", 0.3, 1.0)
+        tracking.detection_rows(sequence, "det", 0.3, 1.0)
     with pytest.raises(UsageError, match="detections='dets': expected"):
-        mot.detection_rows(sequence, "dets", 0.3, 1.0)
+        tracking.detection_rows(sequence, "dets", 0.3, 1.0)
     shutil.rmtree(broken / "img1")
     with pytest.raises(UsageError, match="img1' is not a folder"):
-        mot.read_sequence(str(broken))
+        mot_sequences.read_sequence(str(broken))
     with pytest.raises(UsageError, match="sequences='.*det': '.*det' "
                        "holds no sequence"):
-        mot.find_sequences(str(tmp_path / "broken" / "det"))
+        mot_sequences.find_sequences(str(tmp_path / "broken" / "det"))
     # an output folder with a summary.json of someone else's
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -256,9 +257,9 @@ def test_the_evaluator_tracks_each_checkpoint(market_dir, sequence_dir,
         assert [e.step for e in events.Tensors(tag)] == [0, 1], tag
         written[tag] = float(tf.make_ndarray(events.Tensors(tag)[-1]
                                              .tensor_proto))
-    expected = mot.track_and_score(
+    expected = tracking.track_and_score(
         encoder_lib.load(str(log_dir / "run" / "ckpt-1")),
-        [mot.read_sequence(sequence_dir)])
+        [mot_sequences.read_sequence(sequence_dir)])
     assert written["tracking/IDF1"] == pytest.approx(expected["IDF1"],
                                                      abs=1e-6)
     assert written["tracking/IDSW"] == expected["IDSW"]
@@ -334,8 +335,8 @@ def test_annotations_are_checked_before_the_work(short_dir, tmp_path, file,
     copy = _copy(short_dir, tmp_path)
     _edit(copy / file / f"{file}.txt", edit)
     with pytest.raises(UsageError) as raised:
-        sequence = mot.read_sequence(str(copy))
-        mot.check_ground_truth(sequence)
+        sequence = mot_sequences.read_sequence(str(copy))
+        mot_sequences.check_ground_truth(sequence)
     assert message in str(raised.value)
     # the command refuses it before it encodes or writes anything (one
     # case: they share the check)
@@ -360,7 +361,7 @@ def test_the_frames_are_trusted_over_seqinfo(short_dir, tmp_path, caplog):
                         .replace("imHeight=360", "imHeight=180")
                         .replace("seqLength=24", f"seqLength={length}"))
         caplog.clear()
-        sequence = mot.read_sequence(str(copy))
+        sequence = mot_sequences.read_sequence(str(copy))
         assert sequence.image_shape == (360, 640, 3)
         assert sequence.num_frames == 24 and len(sequence.frame_paths) == 24
         assert f"seqinfo.ini says {length} frames of 320x180, but" in \
@@ -386,7 +387,8 @@ def test_models_and_sequences_given_twice(short_dir, trained, tmp_path):
                       models[1]: os.path.join("b", "exp", "ckpt-1"),
                       "none": "none"}
     out = tmp_path / "out"
-    summary = track.evaluate(models, [mot.read_sequence(short_dir)], "det",
+    summary = track.evaluate(models,
+                             [mot_sequences.read_sequence(short_dir)], "det",
                              str(out), sweep=False)
     folders = [summary["models"][m]["folder"] for m in models]
     assert folders[0] != folders[1]
@@ -401,7 +403,8 @@ def test_models_and_sequences_given_twice(short_dir, trained, tmp_path):
         with pytest.raises(UsageError, match=re.escape(message)):
             track.model_labels(given)
     with pytest.raises(UsageError, match="is given twice"):
-        mot.read_sequences(f"{os.path.dirname(short_dir)},{short_dir}")
+        mot_sequences.read_sequences(
+            f"{os.path.dirname(short_dir)},{short_dir}")
     result = run_script("-m", "cosine_metric_learning.track", "--model=,",
                         f"--sequences={short_dir}",
                         f"--output_dir={tmp_path / 'none'}")
@@ -411,28 +414,28 @@ def test_models_and_sequences_given_twice(short_dir, trained, tmp_path):
 def test_the_output_folder_is_whole_and_keeps_what_is_not_its_own(
         short_dir, tmp_path):
     out = tmp_path / "out"
-    track.evaluate(["none"], [mot.read_sequence(short_dir)], "det",
+    track.evaluate(["none"], [mot_sequences.read_sequence(short_dir)], "det",
                    str(out), sweep=False)
     first = json.loads((out / "summary.json").read_text())
     assert sorted(first["files"]) == ["none/gate0.2_budget100/SHORT-01.txt",
                                       "summary.json"]
     # a rerun replaces its own output; a user's file in it is kept and
     # the rerun refused before the work
-    track.evaluate(["none"], [mot.read_sequence(short_dir)], "det",
+    track.evaluate(["none"], [mot_sequences.read_sequence(short_dir)], "det",
                    str(out), sweep=False)
     for extra in (out / "notes.txt", out / "none" / "SHORT-02.npy"):
         extra.write_text("mine")
         with pytest.raises(UsageError, match="refusing to replace"):
-            track.evaluate(["none"], [mot.read_sequence(short_dir)], "det",
-                           str(out), sweep=False)
+            track.evaluate(["none"], [mot_sequences.read_sequence(
+                short_dir)], "det", str(out), sweep=False)
         assert extra.read_text() == "mine"
         extra.unlink()
     # a folder of the user's files is not an output
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "photo.jpg").write_text("mine")
     with pytest.raises(UsageError, match="refusing to replace"):
-        track.evaluate(["none"], [mot.read_sequence(short_dir)], "det",
-                       str(tmp_path / "mine"), sweep=False)
+        track.evaluate(["none"], [mot_sequences.read_sequence(short_dir)],
+                       "det", str(tmp_path / "mine"), sweep=False)
 
 
 @pytest.mark.parametrize("name, value, message", [
@@ -448,7 +451,7 @@ def test_the_output_folder_is_whole_and_keeps_what_is_not_its_own(
 ])
 def test_tracker_parameters_out_of_range(name, value, message):
     with pytest.raises(UsageError, match=re.escape(message)):
-        mot.check_parameters({**mot.DEFAULTS, name: value})
+        tracking.check_parameters({**tracking.DEFAULTS, name: value})
 
 
 def test_the_command_names_the_flag_and_the_frame(short_dir, trained,
@@ -482,16 +485,18 @@ def test_other_tools_class_numbers_and_a_short_sequence(short_dir, trained,
     relabelled = _copy(short_dir, tmp_path, "CLASS3-01")
     _edit(relabelled / "gt" / "gt.txt", _set(slice(None), 7, 3))
     _edit(relabelled / "gt" / "gt.txt", _set(0, 7, 1))  # one "car"
-    expected = track.evaluate(["none"], [mot.read_sequence(short_dir)],
+    expected = track.evaluate(["none"],
+                              [mot_sequences.read_sequence(short_dir)],
                               "det", str(tmp_path / "a"), sweep=False)
-    numbers = track.evaluate(["none"], [mot.read_sequence(str(relabelled))],
+    numbers = track.evaluate(["none"],
+                             [mot_sequences.read_sequence(str(relabelled))],
                              "det", str(tmp_path / "b"), sweep=False,
                              classes=(3,))
     a = expected["models"]["none"]["runs"][0]["metrics"]["COMBINED"]
     b = numbers["models"]["none"]["runs"][0]["metrics"]["COMBINED"]
     # the "car" is not scored: its box goes from the ground truth
     assert b["DetA"] != a["DetA"]
-    everything = track.evaluate(["none"], [mot.read_sequence(
+    everything = track.evaluate(["none"], [mot_sequences.read_sequence(
         str(relabelled))], "det", str(tmp_path / "c"), sweep=False,
         classes=None)
     assert everything["models"]["none"]["runs"][0]["metrics"][
@@ -524,11 +529,12 @@ def test_frames_read_alike_with_and_without_opencv(tmp_path, monkeypatch):
     exif = Image.Exif()
     exif[0x0112] = 6  # "rotate 90 degrees to display"
     Image.fromarray(rgb).save(path, quality=90, exif=exif)
-    assert mot._decode_jpeg(path.read_bytes()) is not None  # OpenCV's
-    fast = mot.read_frame(str(path))
+    assert mot_sequences._decode_jpeg(
+        path.read_bytes()) is not None  # OpenCV's
+    fast = mot_sequences.read_frame(str(path))
     monkeypatch.setitem(sys.modules, "cv2", None)  # as if not installed
-    assert mot._decode_jpeg(path.read_bytes()) is None
-    slow = mot.read_frame(str(path))
+    assert mot_sequences._decode_jpeg(path.read_bytes()) is None
+    slow = mot_sequences.read_frame(str(path))
     assert fast.shape == (120, 160, 3) and fast.dtype == np.uint8
     np.testing.assert_array_equal(fast, slow)
     with Image.open(path) as image:
@@ -539,7 +545,7 @@ def test_box_overlaps_by_hand():
     a = np.array([[0, 0, 10, 20], [100, 100, 4, 4]])
     b = np.array([[5, 0, 10, 20], [0, 0, 10, 20], [0, 10, 10, 20]])
     # 100 of 300, equal, 100 of 300; the second box meets none
-    np.testing.assert_allclose(mot.box_overlaps(a, b),
+    np.testing.assert_allclose(mot_sequences.box_overlaps(a, b),
                                [[1 / 3, 1, 1 / 3], [0, 0, 0]])
 
 
@@ -552,8 +558,9 @@ def test_identity_features_follow_the_matched_ground_truth(tmp_path):
                    [2, 7, 0, 0, 10, 20, 1, 1, 1],
                    [2, 9, 50, 0, 10, 20, 1, 1, 1],
                    [2, 4, 80, 0, 10, 20, 0, 1, 1]], float)  # not considered
-    sequence = mot.Sequence("HAND-01", str(tmp_path), 2, (100, 100, 3), [],
-                            np.zeros((0, 7)), gt)
+    sequence = mot_sequences.Sequence("HAND-01", str(tmp_path), 2,
+                                      (100, 100, 3), [], np.zeros((0, 7)),
+                                      gt)
     rows = np.array([[1, -1, 1, 0, 10, 20, 1],     # 7 (IoU 0.82)
                      [1, -1, 50, 1, 10, 20, 1],    # 9 (IoU 0.9)
                      [1, -1, 80, 80, 10, 10, 1],   # nothing
@@ -579,7 +586,8 @@ def test_identity_features_track_the_crossing_without_a_switch(
     """With each box's ground-truth identity as its feature the tracker
     keeps the people through the crossing, where motion alone swaps them."""
     summary = track.evaluate(["none", track.IDENTITY],
-                             [mot.read_sequence(sequence_dir)], "det",
+                             [mot_sequences.read_sequence(
+                                 sequence_dir)], "det",
                              str(tmp_path / "out"), sweep=False,
                              parameters={"max_cosine_distance": track.AUTO})
     none, identity = (summary["models"][m]["runs"][0]["metrics"]["COMBINED"]
@@ -654,8 +662,9 @@ def test_mot15_ground_truth_as_it_comes(sequence_dir, tmp_path):
                         f"--output_dir={tmp_path / 'out15'}")
     assert result.returncode == 0, result.stderr[-3000:]
     scored = json.loads((tmp_path / "out15" / "summary.json").read_text())
-    expected = track.evaluate(["none"], [mot.read_sequence(str(mot17))],
-                              "det", str(tmp_path / "out17"), sweep=False)
+    expected = track.evaluate(
+        ["none"], [mot_sequences.read_sequence(str(mot17))], "det",
+        str(tmp_path / "out17"), sweep=False)
     assert scored["models"]["none"]["runs"][0]["metrics"] == \
         expected["models"]["none"]["runs"][0]["metrics"]
     # the converter: the same people, the same crops

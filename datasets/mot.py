@@ -46,7 +46,6 @@ from PIL import Image
 
 from cosine_metric_learning import files, mot_sequences
 from cosine_metric_learning.errors import ArgumentError, UsageError
-from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.errors import parse_flags, report_errors
 
 NUM_COLUMNS = mot_sequences.NUM_GT_COLUMNS
@@ -200,14 +199,8 @@ def write_crops(sequence, crops, output_dir, progress_secs=10.0):
     logging.info("%s: cutting %d crops from %d frames", sequence.name,
                  len(crops), len(by_frame))
     start = last = time.time()
-    for n, frame in enumerate(sorted(by_frame)):
-        path = sequence.frame_paths[frame - 1]
-        try:
-            with Image.open(path) as image:
-                image = image.convert("RGB")
-        except OSError as e:
-            raise UsageError(f"cannot read frame '{path}': "
-                             f"{first_line(e)}") from e
+    for n, (frame, image) in enumerate(sequence.frames(by_frame)):
+        image = Image.fromarray(image[..., ::-1])  # BGR to RGB
         for track, box in by_frame[frame]:
             folder = os.path.join(output_dir, identity_name(sequence.name,
                                                             track))

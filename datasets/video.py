@@ -1,0 +1,275 @@
+"""A video file and its detections as a MOTChallenge sequence folder.
+
+    python -m cosine_metric_learning.datasets.video --video=vtest.avi \
+        --detections=det.txt [--gt=gt.txt] --output_dir=./videos/PETS09-S2L1
+
+writes ``seqinfo.ini`` (the video's frame size, its length counted by
+decoding it, and its frame rate, or ``--frame_rate`` where the header is
+wrong), ``det/det.txt`` and, given ``--gt``, ``gt/gt.txt``: a sequence
+that every command taking ``--sequences`` reads (``track``, the tracklets,
+``adapt``, the converter). The frames stay in the video: ``seqinfo.ini``
+names it (``video=``, its absolute path), and the commands decode the
+frames they need with OpenCV, in order, one at a time (an hour of 1080p
+video never becomes 30 GB of JPEG files); ``--frames=jpg`` writes them to
+``img1/`` instead, for tools that want the image folder. Video frame
+``k`` (counting from 1) is the sequence's frame ``k``, or, with
+``--first_frame=F`` (and ``--last_frame``), video frame ``F + k - 1``:
+the files' rows in that range are renumbered from 1.
+
+``--detections`` and ``--gt`` are MOTChallenge text files (``frame, id,
+left, top, width, height, confidence`` or ``considered, ...``; ``--gt``
+in MOT16/17/20's 9 columns or 2D MOT 2015's 10): a detector's output in
+another layout becomes one by writing those columns, one box a line,
+frames counted from 1 (YOLO's ``class cx cy w h conf`` per image, in
+shares of the frame: ``left = (cx - w / 2) * width``, ``top = (cy - h /
+2) * height``, ``width = w * width``, ``height = h * height``, the id
+-1). Before anything is written, the video is decoded once to count its
+frames (a progress line now and then) and the files are checked: a video
+OpenCV cannot decode, a row that is not numbers, a frame past the
+video's end, or a box that lies outside the frame or has no area is one
+line, and nothing is written. The folder is written whole, and replaces
+only an earlier output of this command.
+"""
+
+if __name__ == "__main__":  # Ctrl-C while the imports load: one line
+    from cosine_metric_learning import errors as _errors
+    _errors.quiet_ctrl_c_while_starting()
+
+import configparser
+import math
+import os
+import time
+
+import numpy as np
+from absl import app, flags, logging
+
+from cosine_metric_learning import files, mot_sequences
+from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.errors import parse_flags, report_errors
+
+FRAMES = ("video", "jpg")
+JPEG_QUALITY = 95
+# marks the seqinfo.ini this command writes
+WRITER = "cosine_metric_learning.datasets.video"
+
+
+def _is_own_output(path):
+    """An empty folder, or a sequence folder written by this command."""
+    if not os.listdir(path):
+        return True
+    info = configparser.ConfigParser()
+    info.read(os.path.join(path, "seqinfo.ini"))
+    return info.get("Sequence", "writtenBy", fallback=None) == WRITER
+
+
+OUTPUT = files.Kind("an empty folder or a sequence folder written by this "
+                    "command (its "
+                    f"seqinfo.ini says writtenBy={WRITER})", _is_own_output,
+                    is_dir=True)
+
+
+def count_frames(path, progress_secs=10.0):
+    """``(frames, (height, width, 3), frames per second)`` of a video, its
+    frames counted by decoding every one (headers can be wrong); a
+    progress line now and then."""
+    cv2 = mot_sequences._cv2()
+    capture = mot_sequences.open_video(path)
+    try:
+        fps = capture.get(cv2.CAP_PROP_FPS)
+        header = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+        count, shape = 0, None
+        start = last = time.time()
+        while True:
+            ok, frame = capture.read()
+            if not ok:
+                break
+            count += 1
+            shape = shape or frame.shape
+            if time.time() - last >= progress_secs:
+                last = time.time()
+                logging.info("%s: decoded %d of about %d frames (%.0f "
+                             "frames/s)", path, count, header,
+                             count / (last - start))
+    finally:
+        capture.release()
+    if not count:
+        raise UsageError(f"cannot decode the video '{path}': OpenCV opens "
+                         "it but decodes no frame")
+    return count, tuple(int(d) for d in shape), fps
+
+
+def read_rows(path, argument, min_columns, what, columns, count, shape,
+              first=1, last=None):
+    """The rows of a MOTChallenge text file of the frames ``first`` to
+    ``last`` (default: ``count``) of a video of ``count`` frames of
+    ``shape``, renumbered from 1; UsageError for a row that is not
+    numbers, ArgumentError (naming ``argument``) for a frame past the
+    video's end or a box outside the frame or without area."""
+    if not os.path.isfile(path):
+        raise ArgumentError(argument, path, "no such file")
+    rows = mot_sequences._read_rows(path, min_columns, what, columns)
+    bad = mot_sequences._bad_row(rows, path, what, min_columns)
+    if bad:
+        raise UsageError(bad)
+    height, width = shape[:2]
+    index = np.arange(len(rows))
+    if len(rows) and rows[:, 0].max() > count:
+        i = int(index[rows[:, 0] > count][0])
+        raise ArgumentError(argument, path, f"row {i + 1} is of frame "
+                            f"{rows[i, 0]:g}, past the video's last frame "
+                            f"({count}); the wrong video, or frames counted "
+                            "from 0?")
+    no_area = (rows[:, 4] <= 0) | (rows[:, 5] <= 0)
+    outside = ((rows[:, 2] >= width) | (rows[:, 3] >= height)
+               | (rows[:, 2] + rows[:, 4] <= 0)
+               | (rows[:, 3] + rows[:, 5] <= 0))
+    for wrong, problem in ((no_area, "has no area (width or height 0 or "
+                            "less)"),
+                           (outside, f"lies outside the {width}x{height} "
+                            "frame (boxes are left, top, width, height in "
+                            "pixels)")):
+        if np.any(wrong):
+            i = int(index[wrong][0])
+            values = ",".join(f"{v:g}" for v in rows[i, 2:6])
+            raise ArgumentError(argument, path, f"row {i + 1}'s box "
+                                f"({values}) {problem}")
+    last = count if last is None else last
+    rows = rows[(rows[:, 0] >= first) & (rows[:, 0] <= last)].copy()
+    rows[:, 0] -= first - 1
+    return rows
+
+
+def _write_rows(path, rows):
+    os.makedirs(os.path.dirname(path))
+    np.savetxt(path, rows, delimiter=",", fmt="%.10g")
+
+
+def write_sequence(video, detections, output_dir, gt=None, name=None,
+                   frame_rate=None, frames="video", first_frame=1,
+                   last_frame=None):
+    """Write the sequence folder of the module's docstring; returns its
+    ``seqinfo.ini`` values."""
+    if frames not in FRAMES:
+        raise ArgumentError("frames", frames,
+                            f"expected one of {', '.join(FRAMES)}")
+    if frame_rate is not None and not (math.isfinite(frame_rate)
+                                       and frame_rate > 0):
+        raise ArgumentError("frame_rate", frame_rate, "expected frames per "
+                            "second above 0")
+    if first_frame < 1:
+        raise ArgumentError("first_frame", first_frame,
+                            "expected a video frame from 1")
+    if not os.path.isfile(video):
+        raise ArgumentError("video", video, "no such file")
+    files.check_output(output_dir, OUTPUT)  # before decoding the video
+    count, shape, fps = count_frames(video)
+    last = count if last_frame is None else last_frame
+    if not first_frame <= last <= count:
+        raise ArgumentError(
+            "last_frame" if last_frame is not None else "first_frame",
+            last_frame if last_frame is not None else first_frame,
+            f"expected frames {first_frame} to {count} of the video (it "
+            f"has {count})")
+    det_rows = read_rows(detections, "detections", 7, "detection file",
+                         mot_sequences.DET_COLUMNS, count, shape,
+                         first_frame, last)
+    gt_rows = None if gt is None else read_rows(
+        gt, "gt", mot_sequences.NUM_GT_COLUMNS, "ground-truth file",
+        mot_sequences.GT_COLUMNS, count, shape, first_frame, last)
+    if frame_rate is None:
+        if not (math.isfinite(fps) and fps > 0):
+            raise ArgumentError("frame_rate", frame_rate, f"the video "
+                                f"'{video}' states no frame rate; give it")
+        frame_rate = fps
+    name = name or os.path.basename(os.path.normpath(output_dir))
+    info = {"name": name, "frameRate": f"{frame_rate:g}",
+            "seqLength": str(last - first_frame + 1),
+            "imWidth": str(shape[1]), "imHeight": str(shape[0]),
+            "writtenBy": WRITER}
+    if frames == "video":
+        info[mot_sequences.VIDEO_KEY] = os.path.abspath(video)
+        info[mot_sequences.VIDEO_START_KEY] = str(first_frame)
+    else:
+        info.update(imDir="img1", imExt=".jpg")
+
+    def write(tmp):
+        parser = configparser.ConfigParser()
+        parser.optionxform = str  # MOTChallenge's keys are camelCase
+        parser["Sequence"] = info
+        with open(os.path.join(tmp, "seqinfo.ini"), "w") as f:
+            parser.write(f, space_around_delimiters=False)
+        _write_rows(os.path.join(tmp, "det", "det.txt"), det_rows)
+        if gt_rows is not None:
+            _write_rows(os.path.join(tmp, "gt", "gt.txt"), gt_rows)
+        if frames == "jpg":
+            _write_jpegs(video, first_frame, last, os.path.join(tmp, "img1"))
+
+    files.replace_dir_atomically(output_dir, write, OUTPUT,
+                                 errors=(UsageError,))
+    return info
+
+
+def _write_jpegs(video, first, last, folder, progress_secs=10.0):
+    cv2 = mot_sequences._cv2()
+    os.makedirs(folder)
+    count = last - first + 1
+    start = done = time.time()
+    for number, frame in mot_sequences.video_frames(
+            video, range(1, count + 1), first):
+        cv2.imwrite(os.path.join(folder, f"{number:06d}.jpg"), frame,
+                    [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+        if time.time() - done >= progress_secs:
+            done = time.time()
+            logging.info("wrote %d/%d frames (%.0f frames/s)", number,
+                         count, number / (done - start))
+
+
+def main(argv):
+    def run():
+        info = write_sequence(
+            FLAGS.video, FLAGS.detections, FLAGS.output_dir, FLAGS.gt,
+            FLAGS.name, FLAGS.frame_rate, FLAGS.frames, FLAGS.first_frame,
+            FLAGS.last_frame)
+        print(f"wrote {FLAGS.output_dir}: {info['name']}, "
+              f"{info['seqLength']} frames of {info['imWidth']}x"
+              f"{info['imHeight']} at {info['frameRate']} frames/s, "
+              + ("frames decoded from " + info[mot_sequences.VIDEO_KEY]
+                 if FLAGS.frames == "video" else "frames in img1/"))
+        return 0
+
+    return report_errors(argv, run, FLAG_NAMES)
+
+
+FLAGS = flags.FLAGS
+FLAG_NAMES = {name: f"--{name}" for name in (
+    "video", "detections", "gt", "output_dir", "frame_rate", "frames",
+    "first_frame", "last_frame")}
+
+
+def define_flags():
+    flags.DEFINE_string("video", None, "The video file (anything OpenCV "
+                        "decodes: .avi, .mp4, .mkv, ...).", required=True)
+    flags.DEFINE_string("detections", None, "Its detections, as "
+                        "MOTChallenge's det.txt (frame from 1, -1, left, "
+                        "top, width, height, confidence).", required=True)
+    flags.DEFINE_string("gt", None, "Its ground truth, as MOTChallenge's "
+                        "gt.txt (9 columns, or 2D MOT 2015's 10), if any.")
+    flags.DEFINE_string("output_dir", None, "The sequence folder to write "
+                        "(new, empty, or an earlier output).",
+                        required=True)
+    flags.DEFINE_string("name", None, "The sequence's name (default: the "
+                        "folder's).")
+    flags.DEFINE_float("frame_rate", None, "Frames per second, where the "
+                       "video's header is wrong (default: the header's).")
+    flags.DEFINE_enum("frames", "video", list(FRAMES), "video: the frames "
+                      "stay in the video, decoded when needed; jpg: also "
+                      "written to img1/.")
+    flags.DEFINE_integer("first_frame", 1, "The video frame (from 1) that "
+                         "is the sequence's frame 1.")
+    flags.DEFINE_integer("last_frame", None, "The video frame the sequence "
+                         "ends at (default: the video's last).")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,184 @@
+"""A video file and its detections as a sequence: written by
+``datasets.video``, its frames decoded where they are needed, and read by
+every command that takes sequences."""
+
+import configparser
+import glob
+import os
+
+import numpy as np
+import pytest
+
+from cosine_metric_learning import encoder as encoder_lib
+from cosine_metric_learning import mot_sequences, track, tracking
+from cosine_metric_learning.datasets import mot as mot_crops
+from cosine_metric_learning.datasets import synthetic, tracklets, video
+from cosine_metric_learning.errors import UsageError
+from tests.conftest import one_error_line, run_script
+
+cv2 = pytest.importorskip("cv2")
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    """A short synthetic sequence and the same frames as an MJPG video
+    (a codec OpenCV writes everywhere)."""
+    folder = synthetic.write_mot_sequence(
+        str(tmp_path_factory.mktemp("scene")), num_pairs=2, num_frames=40,
+        seed=5, name="VID-01")
+    path = os.path.join(os.path.dirname(folder), "scene.avi")
+    frames = sorted(glob.glob(os.path.join(folder, "img1", "*.jpg")))
+    height, width = cv2.imread(frames[0]).shape[:2]
+    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"MJPG"), 10.0,
+                             (width, height))
+    for frame in frames:
+        writer.write(cv2.imread(frame))
+    writer.release()
+    return folder, path
+
+
+def _decoded(path):
+    """Every frame of a video, decoded apart from the project's code."""
+    capture = cv2.VideoCapture(path)
+    frames = []
+    while True:
+        ok, frame = capture.read()
+        if not ok:
+            return frames
+        frames.append(frame)
+
+
+def test_a_video_is_a_sequence_every_command_reads(scene, trained,
+                                                   tmp_path):
+    folder, path = scene
+    out = tmp_path / "videos" / "VID-01"
+    out.parent.mkdir()
+    result = run_script("-m", "cosine_metric_learning.datasets.video",
+                        f"--video={path}",
+                        f"--detections={folder}/det/det.txt",
+                        f"--gt={folder}/gt/gt.txt", "--frame_rate=7",
+                        f"--output_dir={out}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    info = configparser.ConfigParser()
+    info.read(out / "seqinfo.ini")
+    assert dict(info["Sequence"]) == {
+        "name": "VID-01", "framerate": "7", "seqlength": "40",
+        "imwidth": "640", "imheight": "360",
+        "writtenby": video.WRITER, "video": path, "videostart": "1"}
+    assert not (out / "img1").exists()  # the frames stay in the video
+    sequence = mot_sequences.read_sequence(str(out))
+    jpegs = mot_sequences.read_sequence(folder)
+    np.testing.assert_array_equal(sequence.detections, jpegs.detections)
+    np.testing.assert_array_equal(sequence.ground_truth, jpegs.ground_truth)
+    # frame k is the video's k-th, as OpenCV decodes it
+    expected = _decoded(path)
+    assert len(expected) == 40
+    for number, frame in sequence.frames([40, 3, 1, 17, 3]):
+        np.testing.assert_array_equal(frame, expected[number - 1])
+    # the tracker sees the same detections: motion alone scores the same
+    scored = [track.evaluate(["none"], [s], "det", str(tmp_path / name),
+                             sweep=False)["models"]["none"]["runs"][0][
+                                 "metrics"]
+              for s, name in ((sequence, "video"), (jpegs, "jpegs"))]
+    assert scored[0] == scored[1]
+    # each box encoded from its own frame of the video
+    rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
+    model = encoder_lib.load(trained[0])
+    features = tracking.encode_rows(model, sequence, rows)
+    for frame in (1, 21):
+        index = np.flatnonzero(rows[:, 0] == frame)
+        np.testing.assert_allclose(features[index], model(
+            encoder_lib.box_patches(expected[frame - 1], rows[index, 2:6],
+                                    model.image_shape)), atol=1e-5)
+    # the converter and the tracklets cut the same boxes as from JPEGs
+    converted = [mot_crops.convert([s], str(tmp_path / f"people_{n}"),
+                                   frame_stride=5)
+                 for s, n in ((str(out), "video"), (folder, "jpegs"))]
+    assert converted[0]["identities"] == converted[1]["identities"]
+    assert converted[0]["counts"]["kept"] > 0
+    cut = [tracklets.extract([s], str(tmp_path / f"tracklets_{n}"))
+           for s, n in ((str(out), "video"), (folder, "jpegs"))]
+    assert cut[0]["identities"] == cut[1]["identities"]
+
+
+def test_a_range_of_the_video_and_its_frames_as_jpegs(scene, tmp_path):
+    folder, path = scene
+    expected = _decoded(path)
+    info = video.write_sequence(path, f"{folder}/det/det.txt",
+                                str(tmp_path / "PART-01"),
+                                gt=f"{folder}/gt/gt.txt", first_frame=11,
+                                last_frame=30)
+    assert info["seqLength"] == "20" and info["frameRate"] == "10"
+    sequence = mot_sequences.read_sequence(str(tmp_path / "PART-01"))
+    assert sequence.num_frames == 20
+    # the rows of video frames 11-30, renumbered from 1
+    rows = np.loadtxt(f"{folder}/det/det.txt", delimiter=",")
+    kept = rows[(rows[:, 0] >= 11) & (rows[:, 0] <= 30)]
+    np.testing.assert_array_equal(sequence.detections[:, 0],
+                                  kept[:, 0] - 10)
+    np.testing.assert_array_equal(sequence.detections[:, 1:7], kept[:, 1:7])
+    for number, frame in sequence.frames([1, 20]):
+        np.testing.assert_array_equal(frame, expected[number + 9])
+    # the frames as image files, for tools that want img1/
+    video.write_sequence(path, f"{folder}/det/det.txt",
+                         str(tmp_path / "JPEG-01"), frames="jpg",
+                         first_frame=11, last_frame=30)
+    written = mot_sequences.read_sequence(str(tmp_path / "JPEG-01"))
+    assert written.video is None and written.num_frames == 20
+    assert len(os.listdir(tmp_path / "JPEG-01" / "img1")) == 20
+    # an earlier output is replaced; a folder of the user's is not
+    video.write_sequence(path, f"{folder}/det/det.txt",
+                         str(tmp_path / "PART-01"))
+    assert mot_sequences.read_sequence(str(tmp_path / "PART-01")) \
+        .num_frames == 40
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="refusing to replace"):
+        video.write_sequence(path, f"{folder}/det/det.txt",
+                             str(tmp_path / "mine"))
+    assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+
+
+def test_bad_videos_and_files_are_one_line_and_nothing_is_written(
+        scene, tmp_path):
+    folder, path = scene
+    det = np.loadtxt(f"{folder}/det/det.txt", delimiter=",")
+
+    def det_file(name, rows):
+        np.savetxt(tmp_path / name, rows, delimiter=",", fmt="%.6g")
+        return str(tmp_path / name)
+
+    late = det.copy()
+    late[3, 0] = 41
+    outside = det.copy()
+    outside[5, 2] = 700
+    flat = det.copy()
+    flat[2, 5] = 0
+    (tmp_path / "notes.avi").write_text("not a video")
+    out = tmp_path / "out"
+    for video_path, detections, message in (
+            (str(tmp_path / "notes.avi"), f"{folder}/det/det.txt",
+             "cannot open the video"),
+            (path, det_file("late.txt", late), "row 4 is of frame 41, past "
+             "the video's last frame (40)"),
+            (path, det_file("outside.txt", outside), "row 6's box (700,"),
+            (path, det_file("flat.txt", flat), "has no area"),
+            (path, str(tmp_path / "none.txt"), "no such file")):
+        with pytest.raises(UsageError, match=message.replace("(", r"\(")
+                           .replace(")", r"\)")):
+            video.write_sequence(video_path, detections, str(out))
+        assert not out.exists()
+    result = run_script("-m", "cosine_metric_learning.datasets.video",
+                        f"--video={path}",
+                        f"--detections={det_file('late.txt', late)}",
+                        f"--output_dir={out}", "--last_frame=50")
+    one_error_line(result, "--last_frame=50: expected frames 1 to 40 of "
+                   "the video")
+    assert not out.exists()
+    # a sequence whose video is gone: one line naming it
+    video.write_sequence(path, f"{folder}/det/det.txt", str(out))
+    info = (out / "seqinfo.ini").read_text()
+    (out / "seqinfo.ini").write_text(info.replace(path, path + ".gone"))
+    with pytest.raises(UsageError, match="names the video .*gone', which "
+                       "is not a file"):
+        mot_sequences.read_sequence(str(out))

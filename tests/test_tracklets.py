@@ -3,6 +3,7 @@ without ground truth."""
 
 import glob
 import json
+import logging
 import os
 import re
 import shutil
@@ -230,7 +231,7 @@ def _scaled(scene, folder, factor):
 
 
 def test_every_threshold_on_detections_is_a_flag_the_message_names(
-        scene, tmp_path):
+        scene, tmp_path, caplog):
     # scores from 0.007 to 0.1: the tracker's cut (0.3) keeps none
     low = _scaled(scene, tmp_path / "low", 0.1)
     result = run_script("-m", "cosine_metric_learning.datasets.tracklets",
@@ -241,18 +242,16 @@ def test_every_threshold_on_detections_is_a_flag_the_message_names(
     # the flag lowers it; scores on another scale (ACF's: 7 to 100) are
     # said, with what each threshold keeps, before the work
     high = _scaled(scene, tmp_path / "high", 100)
-    result = run_script("-m", "cosine_metric_learning.datasets.tracklets",
-                        f"--sequences={high}", "--track_min_confidence=30",
-                        "--min_confidence=0.5",
-                        f"--output_dir={tmp_path / 'out'}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    with caplog.at_level(logging.INFO):
+        manifest = tracklets.extract([str(high)], str(tmp_path / "out"),
+                                     track_min_confidence=30,
+                                     min_confidence=0.5)
     sequence = mot_sequences.read_sequence(str(high))
     assert mot_sequences.describe_scores(sequence, [
         ("--track_min_confidence", 30), ("--min_confidence", 0.5)]) in \
-        result.stderr
+        caplog.text
     assert "--min_confidence=0.5 keeps 293 (every one: it cuts nothing " \
-        "on this scale)" in result.stderr
-    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+        "on this scale)" in caplog.text
     assert manifest["filters"]["track_min_confidence"] == 30
     assert manifest["counts"]["confidence"] == 0  # 0.5 cut nothing
 

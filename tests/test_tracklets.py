@@ -242,10 +242,15 @@ def test_every_threshold_on_detections_is_a_flag_the_message_names(
     # the flag lowers it; scores on another scale (ACF's: 7 to 100) are
     # said, with what each threshold keeps, before the work
     high = _scaled(scene, tmp_path / "high", 100)
-    with caplog.at_level(logging.INFO):
-        manifest = tracklets.extract([str(high)], str(tmp_path / "out"),
-                                     track_min_confidence=30,
-                                     min_confidence=0.5)
+    absl_logger = logging.getLogger("absl")  # may not propagate here
+    absl_logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="absl"):
+            manifest = tracklets.extract([str(high)], str(tmp_path / "out"),
+                                         track_min_confidence=30,
+                                         min_confidence=0.5)
+    finally:
+        absl_logger.removeHandler(caplog.handler)
     sequence = mot_sequences.read_sequence(str(high))
     assert mot_sequences.describe_scores(sequence, [
         ("--track_min_confidence", 30), ("--min_confidence", 0.5)]) in \
@@ -331,18 +336,17 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
         shutil.copy(part, str(other_model) + part[len(trained[0]):])
     other_scene = tmp_path / "copy" / "SCENE-01"
     shutil.copytree(scene, other_scene)
-    for flags, message in (
-            ([f"--model={other_model}", f"--sequences={scene}"],
-             f"it adapts {os.path.abspath(trained[0])}, not "
-             f"--model={other_model}"),
-            ([f"--model={trained[0]}", f"--sequences={other_scene}"],
-             f"it adapts on {os.path.realpath(scene)}, not on "
-             f"{other_scene}")):
-        result = run_script("-m", "cosine_metric_learning.adapt", *flags,
-                            f"--output_dir={out}", "--number_of_steps=3",
-                            "--batch_size=16")
-        one_error_line(result, f"refusing to continue the run in {out}: "
-                       + message)
+    result = run_script("-m", "cosine_metric_learning.adapt",
+                        f"--model={other_model}", f"--sequences={scene}",
+                        f"--output_dir={out}", "--number_of_steps=3",
+                        "--batch_size=16")
+    one_error_line(result, f"refusing to continue the run in {out}: it "
+                   f"adapts {os.path.abspath(trained[0])}, not "
+                   f"--model={other_model}")
+    with pytest.raises(UsageError, match="it adapts on .*, not on "
+                       f".*{os.path.join('copy', 'SCENE-01')}"):
+        adapt.adapt(trained[0], [str(other_scene)], str(out),
+                    number_of_steps=3, batch_size=16)
     assert (out / "adapt.json").read_bytes() == recorded
     assert sorted(os.listdir(out / "run")) == checkpoints
     # a folder with the user's files in it, a bad export: one line each
@@ -395,15 +399,19 @@ def test_adapt_refuses_before_the_work_and_leaves_nothing_behind(
     low = _scaled(scene, tmp_path / "low", 0.1)
     help_text = run_script("-m", "cosine_metric_learning.adapt",
                            "--helpshort").stdout
-    for sequence, fragment in (
-            (short, "no tracklet is left after the cuts"),
-            (low, "--track_min_confidence=0.3: sequence SCENE-01 has no "
-             "detection left")):
-        out = tmp_path / f"out_{os.path.basename(sequence)}"
-        result = run_script("-m", "cosine_metric_learning.adapt",
-                            f"--model={trained[0]}",
-                            f"--sequences={sequence}", f"--output_dir={out}")
-        line = one_error_line(result, fragment)
+    out = tmp_path / "out_low"
+    result = run_script("-m", "cosine_metric_learning.adapt",
+                        f"--model={trained[0]}", f"--sequences={low}",
+                        f"--output_dir={out}")
+    lines = [one_error_line(result, "--track_min_confidence=0.3: sequence "
+                            "SCENE-01 has no detection left")]
+    assert not out.exists()
+    out = tmp_path / "out_short"
+    with pytest.raises(UsageError, match="no tracklet is left after the "
+                       "cuts") as error:
+        adapt.adapt(trained[0], [short], str(out))
+    lines.append(str(error.value))
+    for line, out in zip(lines, (tmp_path / "out_low", out)):
         named = re.findall(r"--(\w+)", line)
         assert named, line
         for flag in named:

@@ -1,0 +1,153 @@
+"""The descriptors on a real video: Deep SORT with each of them on a
+video's detections, scored against its ground truth.
+
+    python benchmarks/real_video.py --video=vtest.avi --detections=det.txt \
+        --gt=gt-frames-1-400.txt --frame_rate=7 --split=400 \
+        --model=./output/market1501/cosine-softmax [--adapt_repeats=3]
+
+The video becomes sequences (``datasets.video``; ``--split=N``: frames 1
+to N and N+1 to the end as two sequences, as the held-out protocol of
+PETS09-S2L1 splits it). Each row tracks the sequences that have ground
+truth with Deep SORT: motion alone (``none``), ``identity`` (each box's
+ground-truth identity: the most appearance can give), each ``--model``,
+and each ``--model`` adapted ``--adapt_repeats`` times on the whole
+video without labels (``adapt`` with its defaults). For each: IDF1,
+HOTA and ID switches at Deep SORT's 0.2, at the model's self-calibrated
+gate (``--max_cosine_distance=auto``) and at the best gate of the sweep,
+and re-identification mAP on the ground-truth crops (the converter at
+``--frame_stride=3``, ``train_custom.py --mode=test``). Repeated rows
+get their mean and spread. Everything goes to ``--output_json``.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from cosine_metric_learning import adapt, mot_sequences, track
+from cosine_metric_learning.datasets import mot as mot_crops
+from cosine_metric_learning.datasets import video
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+METRICS = ("IDF1", "HOTA", "IDSW")
+
+
+def _sequences(args, folder):
+    """The video's sequences: one, or two split at ``--split``."""
+    count = video.count_frames(args.video)[0]
+    parts = [(1, count)] if not args.split else [(1, args.split),
+                                                 (args.split + 1, count)]
+    paths = []
+    for number, (first, last) in enumerate(parts, 1):
+        path = os.path.join(folder, f"{args.name}-{number}")
+        gt = args.gt
+        if gt is not None:  # a part whose frames the ground truth lacks
+            frames = np.loadtxt(gt, delimiter=",", ndmin=2)[:, 0]
+            gt = gt if np.any((frames >= first) & (frames <= last)) else None
+        video.write_sequence(args.video, args.detections, path, gt=gt,
+                             frame_rate=args.frame_rate, first_frame=first,
+                             last_frame=last)
+        paths.append(path)
+    return paths
+
+
+def _metrics(run):
+    combined = run["metrics"]["COMBINED"]
+    return {m: combined[m] for m in METRICS}
+
+
+def _reid_map(model, crops):
+    """``--mode=test``'s mAP of ``model`` on the identity folders."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "test.json")
+        subprocess.run(
+            [sys.executable, os.path.join(ROOT, "train_custom.py"),
+             "--mode=test", f"--dataset_dir={crops}",
+             f"--restore_path={model}", f"--output_json={out}"],
+            check=True, capture_output=True)
+        with open(out) as f:
+            return json.load(f)["mAP"]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--video", required=True)
+    parser.add_argument("--detections", required=True)
+    parser.add_argument("--gt", required=True)
+    parser.add_argument("--name", default="VIDEO")
+    parser.add_argument("--frame_rate", type=float, default=None)
+    parser.add_argument("--split", type=int, default=0)
+    parser.add_argument("--model", default="",
+                        help="comma-separated models (runs, checkpoints)")
+    parser.add_argument("--adapt_repeats", type=int, default=0)
+    parser.add_argument("--output_json", default=None)
+    args = parser.parse_args(argv)
+    tmp = tempfile.mkdtemp(prefix="real_video.")
+    paths = _sequences(args, os.path.join(tmp, "sequences"))
+    scored = [s for s in (mot_sequences.read_sequence(p) for p in paths)
+              if s.ground_truth is not None]
+    models = [m for m in args.model.split(",") if m]
+    rows = {"motion only": track.NONE, "identity": track.IDENTITY,
+            **{m: m for m in models}}
+    for model in models:
+        for repeat in range(args.adapt_repeats):
+            report = adapt.adapt(model, paths,
+                                 os.path.join(tmp, f"adapted_{repeat}"))
+            if isinstance(report, int):
+                return report
+            rows[f"{model} adapted #{repeat + 1}"] = report["adapted"]
+    entries = list(rows.values())
+    swept = track.evaluate(entries, scored, "det",
+                           os.path.join(tmp, "swept"), sweep=True)
+    auto = track.evaluate(entries, scored, "det", os.path.join(tmp, "auto"),
+                          sweep=False, parameters={
+                              "max_cosine_distance": track.AUTO})
+    crops = os.path.join(tmp, "crops")
+    mot_crops.convert([s.path for s in scored], crops, frame_stride=3)
+    table = {}
+    for label, model in rows.items():
+        entry = swept["models"][model]
+        calibrated = auto["models"][model]
+        table[label] = {
+            "at 0.2": _metrics(entry["runs"][0]),
+            "calibrated": {**_metrics(calibrated["runs"][0]), "gate": (
+                calibrated["runs"][0]["parameters"]["max_cosine_distance"]
+                if "self_calibrated_gate" in calibrated else None)},
+            "best": {**_metrics(entry["best"]), "gate": entry["best"][
+                "parameters"]["max_cosine_distance"]},
+            "mAP": (_reid_map(model, crops)
+                    if model not in (track.NONE, track.IDENTITY) else None)}
+    print(f"\n{args.video}: {', '.join(s.name for s in scored)} scored "
+          f"together ({sum(s.num_frames for s in scored)} frames)")
+    print(f"{'model':34s} {'IDF1@0.2':>8s} {'calibrated':>16s} "
+          f"{'best':>16s} {'mAP':>6s}")
+    for label, row in table.items():
+        def cell(numbers):
+            gate = "" if numbers.get("gate") is None else \
+                f" ({numbers['gate']:.3g})"
+            return f"{100 * numbers['IDF1']:.1f}{gate}"
+        mean_ap = "-" if row["mAP"] is None else f"{100 * row['mAP']:.1f}"
+        calibrated = cell(row["calibrated"]) if label != "motion only" \
+            else "-"
+        print(f"{label[-34:]:34s} {100 * row['at 0.2']['IDF1']:8.1f} "
+              f"{calibrated:>16s} {cell(row['best']):>16s} {mean_ap:>6s}")
+    for model in models:
+        adapted = [row for label, row in table.items()
+                   if label.startswith(f"{model} adapted #")]
+        if adapted:
+            values = np.array([r["calibrated"]["IDF1"] for r in adapted])
+            print(f"{model} adapted, calibrated IDF1 over {len(values)} "
+                  f"runs: {100 * values.mean():.1f} ± "
+                  f"{100 * values.std():.1f}")
+    if args.output_json:
+        with open(args.output_json, "w") as f:
+            json.dump({"settings": vars(args), "table": table}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -42,6 +42,7 @@ def _sequences(args, folder):
     parts = [(1, count)] if not args.split else [(1, args.split),
                                                  (args.split + 1, count)]
     paths = []
+    os.makedirs(folder, exist_ok=True)
     for number, (first, last) in enumerate(parts, 1):
         path = os.path.join(folder, f"{args.name}-{number}")
         gt = args.gt

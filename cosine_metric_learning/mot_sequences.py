@@ -160,7 +160,10 @@ def check_distinct(sequences, argument, value):
                             "their outputs would share files")
 
 
-def _read_rows(path, min_columns, what, columns):
+def read_table(path, min_columns, what, columns):
+    """The rows of a MOTChallenge text file (``what``, with at least
+    ``min_columns`` columns named by ``columns``) as a float array;
+    UsageError for text or too few columns."""
     try:
         with warnings.catch_warnings():  # an empty file is said below
             warnings.simplefilter("ignore", UserWarning)
@@ -174,7 +177,7 @@ def _read_rows(path, min_columns, what, columns):
     return rows if rows.size else np.zeros((0, min_columns))
 
 
-def _bad_row(rows, path, what, first_columns):
+def bad_row(rows, path, what, first_columns):
     """UsageError text for the first row whose ``first_columns`` numbers
     are not all finite or whose frame is not a whole number from 1, or
     None."""
@@ -221,15 +224,15 @@ def read_sequence(folder, detections=True):
             raise UsageError(f"sequence {name}: no '{det_path}'; expected "
                              f"its detections there ({DET_COLUMNS}, one "
                              "box a line)")
-        sequence.detections = _read_rows(
+        sequence.detections = read_table(
             det_path, 7, "detection file", DET_COLUMNS)
-        bad = _bad_row(sequence.detections, det_path, "detection file", 7)
+        bad = bad_row(sequence.detections, det_path, "detection file", 7)
         if bad:
             raise UsageError(f"sequence {name}: {bad}")
         _check_frames(sequence, sequence.detections, det_path)
     gt_path = os.path.join(folder, "gt", "gt.txt")
     if os.path.isfile(gt_path):
-        rows = _read_rows(gt_path, NUM_GT_COLUMNS, "ground-truth file",
+        rows = read_table(gt_path, NUM_GT_COLUMNS, "ground-truth file",
                           GT_COLUMNS)
         if rows.shape[1] == MOT15_GT_COLUMNS:
             ones = np.ones((len(rows), 1))
@@ -268,7 +271,7 @@ def check_ground_truth(sequence, classes=PEDESTRIANS):
     if not len(rows):
         raise UsageError(f"sequence {sequence.name}: '{path}' is empty; "
                          "there is nothing to score")
-    bad = _bad_row(rows, path, "ground-truth file", NUM_GT_COLUMNS)
+    bad = bad_row(rows, path, "ground-truth file", NUM_GT_COLUMNS)
     if bad:
         raise UsageError(f"sequence {sequence.name}: {bad}")
     _check_frames(sequence, rows, path)
@@ -375,9 +378,10 @@ def _video_info(folder, info_path, section):
     if not os.path.isfile(video):
         raise UsageError(f"'{info_path}' names the video '{video}', which "
                          "is not a file")
+    cv2 = require_opencv()
     capture = open_video(video)
-    shape = (int(capture.get(_cv2().CAP_PROP_FRAME_HEIGHT)),
-             int(capture.get(_cv2().CAP_PROP_FRAME_WIDTH)), 3)
+    shape = (int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)),
+             int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)), 3)
     capture.release()
     if shape != size:
         logging.warning("%s: seqinfo.ini says frames of %dx%d, but the "
@@ -387,7 +391,7 @@ def _video_info(folder, info_path, section):
     return length, shape, [], video, start
 
 
-def _cv2(what="reading videos"):
+def require_opencv(what="reading videos"):
     """OpenCV, or a UsageError saying how to install it."""
     try:
         import cv2
@@ -400,7 +404,7 @@ def _cv2(what="reading videos"):
 def open_video(path):
     """An OpenCV ``VideoCapture`` of the video file ``path``; UsageError
     where OpenCV's decoders cannot open it."""
-    capture = _cv2().VideoCapture(path)
+    capture = require_opencv().VideoCapture(path)
     if not capture.isOpened():
         capture.release()
         raise UsageError(f"cannot open the video '{path}': OpenCV's "

@@ -72,7 +72,7 @@ def count_frames(path, progress_secs=10.0):
     """``(frames, (height, width, 3), frames per second)`` of a video, its
     frames counted by decoding every one (headers can be wrong); a
     progress line now and then."""
-    cv2 = mot_sequences._cv2()
+    cv2 = mot_sequences.require_opencv()
     capture = mot_sequences.open_video(path)
     try:
         fps = capture.get(cv2.CAP_PROP_FPS)
@@ -107,8 +107,8 @@ def read_rows(path, argument, min_columns, what, columns, count, shape,
     video's end or a box outside the frame or without area."""
     if not os.path.isfile(path):
         raise ArgumentError(argument, path, "no such file")
-    rows = mot_sequences._read_rows(path, min_columns, what, columns)
-    bad = mot_sequences._bad_row(rows, path, what, min_columns)
+    rows = mot_sequences.read_table(path, min_columns, what, columns)
+    bad = mot_sequences.bad_row(rows, path, what, min_columns)
     if bad:
         raise UsageError(bad)
     height, width = shape[:2]
@@ -210,7 +210,7 @@ def write_sequence(video, detections, output_dir, gt=None, name=None,
 
 
 def _write_jpegs(video, first, last, folder, progress_secs=10.0):
-    cv2 = mot_sequences._cv2()
+    cv2 = mot_sequences.require_opencv()
     os.makedirs(folder)
     count = last - first + 1
     start = done = time.time()

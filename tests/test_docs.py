@@ -111,10 +111,17 @@ def _defined_flags(entry):
         return subprocess.run(command + [help_flag], cwd=ROOT, env=ENV,
                               capture_output=True, text=True, timeout=300)
 
-    result = run("--helpfull")  # absl prints it and exits 1
-    if "--[no]helpfull" not in result.stdout:
+    source = (importlib.util.find_spec(entry[1]).origin
+              if isinstance(entry, tuple) else os.path.join(ROOT, entry))
+    with open(source) as f:  # each program's help asked for once
+        argparse_help = "argparse.ArgumentParser" in f.read()
+    if argparse_help:
         result = run("--help")
         assert result.returncode == 0, (entry, result.stderr[-2000:])
+    else:
+        result = run("--helpfull")  # absl prints it and exits 1
+        assert "--[no]helpfull" in result.stdout, (entry,
+                                                   result.stderr[-2000:])
     flags = {}
     for match in re.finditer(r"^\s+(?:-\S+,)?--(\[no\])?([\w-]+)",
                              result.stdout, re.M):

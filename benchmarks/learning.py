@@ -75,7 +75,7 @@ RUNS = (
 
 
 def train_and_test(dataset_dir, log_dir, run_number, label, loss_mode,
-                   chosen, args, tracking, real_crops=None):
+                   chosen, args, tracking):
     """Train one run; returns ``(seconds, test summary, first checkpoint)``."""
     values = dict(loss_mode=loss_mode, batch_size=args.batch_size,
                   number_of_steps=args.steps, save_interval_secs=1e9,
@@ -88,7 +88,7 @@ def train_and_test(dataset_dir, log_dir, run_number, label, loss_mode,
     seconds = time.perf_counter() - start
     run_dir = os.path.join(log_dir, config.run_id)
     return seconds, _test(dataset_dir, run_dir, tracking,
-                          real_crops), os.path.join(run_dir, "ckpt-0")
+                          args.real_crops), os.path.join(run_dir, "ckpt-0")
 
 
 def _test(dataset_dir, restore_path, tracking, real_crops=None):
@@ -202,7 +202,7 @@ def main(argv=None):
                 seconds, summary, first = train_and_test(
                     dataset_dir, os.path.join(tmp, "runs"),
                     f"{number}_{repeat}", label, loss_mode, values, args,
-                    tracking, args.real_crops)
+                    tracking)
                 if untrained is None:  # the initial weights, before a step
                     untrained = _test(dataset_dir, first, tracking,
                                       args.real_crops)

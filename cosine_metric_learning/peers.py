@@ -128,13 +128,13 @@ def embed(embedder, sequence, rows, progress_secs=10.0):
     start = last = time.time()
     for n, (number, frame) in enumerate(sequence.frames(frames)):
         index = np.flatnonzero(rows[:, 0] == number)
-        cut = crops(frame, rows[index, 2:6])
-        kept = [i for i, c in zip(index, cut) if c is not None]
+        kept = [(i, c) for i, c in zip(index, crops(frame, rows[index, 2:6]))
+                if c is not None]
         empty += len(index) - len(kept)
         if kept:
-            embedded = np.asarray(embedder.predict(
-                [c for c in cut if c is not None]), np.float32)
-            features[kept] = embedded / np.linalg.norm(
+            embedded = np.asarray(embedder.predict([c for _, c in kept]),
+                                  np.float32)
+            features[[i for i, _ in kept]] = embedded / np.linalg.norm(
                 embedded, axis=1, keepdims=True)
         if time.time() - last >= progress_secs or n == len(frames) - 1:
             last = time.time()

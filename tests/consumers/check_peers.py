@@ -21,7 +21,7 @@ import sys
 import numpy as np
 import pytest
 
-from cosine_metric_learning import mot_sequences, peers, track, tracking
+from cosine_metric_learning import mot_sequences, peers, tracking
 from cosine_metric_learning.datasets import synthetic
 
 

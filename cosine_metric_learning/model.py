@@ -158,6 +158,22 @@ def create_model(dataset, loss_mode, mixed_precision="none",
     return TrainingModel(encoder, activations, classifier)
 
 
+def train_from(encoder, name):
+    """Freeze the layers of ``encoder`` before the layer ``name`` (their
+    weights and batch-norm statistics stay as they are); None trains them
+    all. ArgumentError for a name the encoder has no layer of."""
+    if name is None:
+        return
+    names = [layer.name for layer in encoder.layers]
+    if name not in names:
+        from cosine_metric_learning.errors import ArgumentError
+        weighted = [layer.name for layer in encoder.layers if layer.weights]
+        raise ArgumentError("train_from", name, "expected a layer of the "
+                            "encoder: " + ", ".join(weighted))
+    for layer in encoder.layers[:names.index(name)]:
+        layer.trainable = False
+
+
 def create_optimizer(learning_rate, mixed_precision="none", warmup_steps=0):
     """Adam with TF1's defaults (epsilon 1e-8, not Keras' 1e-7), the
     learning rate warmed up over ``warmup_steps`` (:class:`WarmUp`); with

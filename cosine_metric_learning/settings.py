@@ -202,6 +202,11 @@ class TrainConfig(RunConfig):
     restore_classifier: bool = setting(
         True, "With --restore_path, also restore the classifier; "
         "--norestore_classifier fine-tunes on other identities.")
+    train_from: Optional[str] = setting(
+        None, "Train only the encoder's layers from this one on (a layer "
+        "name: fc1 is the final fully-connected layer and what follows "
+        "it); the layers before it keep their restored weights and "
+        "batch-norm statistics. Default: every layer.")
     num_enqueue_threads: int = setting(
         queued_trainer.DEFAULT_NUM_THREADS,
         "Producer threads filling the input queue.", _at_least_1)

@@ -152,6 +152,7 @@ class _Run:
             self.model = model_lib.create_model(
                 dataset, config.loss_mode, config.mixed_precision,
                 config.recipe_settings["initial_logit_scale"])
+            model_lib.train_from(self.model.encoder, config.train_from)
             self.optimizer = model_lib.create_optimizer(
                 config.learning_rate, config.mixed_precision,
                 config.tricks.warmup_steps)

@@ -171,32 +171,51 @@ def cut_tracklets(rows, matches, frame_shape,
     return pieces, crops, counts
 
 
-def pair_distances(features, rows, pieces, frame_gap=GATE_FRAME_GAP,
-                   max_pairs=MAX_PAIRS, seed=0):
-    """``(same, different)``: cosine distances between the unit
-    ``features`` of rows of one piece at least ``frame_gap`` frames apart,
-    and of rows of different pieces in one frame; at most ``max_pairs`` of
-    each, drawn at random where there are more."""
-    rng = np.random.default_rng(seed)
-    same, different = [], []
-    piece_of = {}
+def pairs(rows, pieces, frame_gap=GATE_FRAME_GAP):
+    """The pairs the gate is calibrated on: ``(same, same_piece, different,
+    different_pieces)``, row indices ``(N, 2)`` of rows of one piece at
+    least ``frame_gap`` frames apart with their piece's number ``(N,)``,
+    and of rows of different pieces in one frame with their pieces'
+    numbers ``(M, 2)``."""
+    same, same_piece, piece_of = [], [], {}
     for number, piece in enumerate(pieces):
         index = np.asarray(piece)
         frames = rows[index, 0]
         a, b = np.nonzero(frames[None, :] - frames[:, None] >= frame_gap)
         same.append(np.stack([index[a], index[b]], axis=1))
+        same_piece.append(np.full(len(a), number))
         piece_of.update((i, number) for i in piece)
     in_pieces = np.asarray(sorted(piece_of), int)
+    different = []
     for frame in np.unique(rows[in_pieces, 0]):
         index = in_pieces[rows[in_pieces, 0] == frame]
         a, b = np.triu_indices(len(index), 1)
         different.append(np.stack([index[a], index[b]], axis=1))
 
-    def distances(pairs):
-        pairs = np.concatenate(pairs) if pairs else np.zeros((0, 2), int)
-        if len(pairs) > max_pairs:
-            pairs = pairs[rng.choice(len(pairs), max_pairs, replace=False)]
-        return 1.0 - np.sum(features[pairs[:, 0]] * features[pairs[:, 1]],
+    def stacked(parts, shape):
+        return np.concatenate(parts).astype(int) if parts else \
+            np.zeros(shape, int)
+
+    same = stacked(same, (0, 2))
+    different = stacked(different, (0, 2))
+    of = np.vectorize(piece_of.get, otypes=[int])
+    return (same, stacked(same_piece, (0,)), different,
+            of(different) if len(different) else np.zeros((0, 2), int))
+
+
+def pair_distances(features, rows, pieces, frame_gap=GATE_FRAME_GAP,
+                   max_pairs=MAX_PAIRS, seed=0):
+    """``(same, different)``: cosine distances between the unit
+    ``features`` of :func:`pairs`' pairs; at most ``max_pairs`` of each,
+    drawn at random where there are more."""
+    rng = np.random.default_rng(seed)
+    same, _, different, _ = pairs(rows, pieces, frame_gap)
+
+    def distances(chosen):
+        if len(chosen) > max_pairs:
+            chosen = chosen[rng.choice(len(chosen), max_pairs,
+                                       replace=False)]
+        return 1.0 - np.sum(features[chosen[:, 0]] * features[chosen[:, 1]],
                             axis=1)
 
     return distances(same), distances(different)

@@ -281,22 +281,52 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
     assert report["tracklets"]["identities"] == len(os.listdir(
         out / "tracklets")) - 1  # and the manifest
     assert os.path.basename(report["adapted"]).startswith("ckpt-")
-    # its classifier started at the tracklets' mean features
+    # the triplet loss, and only the last fully-connected layer onwards
+    # trained: the convolutions are the start model's, to the bit
     recorded = json.loads((out / "run" / "run.json").read_text())
-    assert recorded["recipe_settings"]["imprint"] is True
+    assert recorded["loss_mode"] == "triplet"
+    assert report["fine_tuning"]["train_from"] == "fc1"
+    from cosine_metric_learning import checkpoints
+    tuned, _ = checkpoints.load_encoder(report["adapted"])
+    start = trained[1]
+    for layer in start.layers:
+        for old, new in zip(layer.weights, tuned.get_layer(
+                layer.name).weights):
+            same = np.array_equal(old.numpy(), new.numpy())
+            assert same == (layer.name not in ("fc1", "fc1_bn")), \
+                (layer.name, old.name)
+    # the check on the held-out frames (the last fifth, never trained on)
+    held = report["held_out"]
+    assert held["first_frames"] == {"SCENE-01": 65}
+    assert held["verdict"] in ("better", "worse", "no clear difference",
+                               "unchecked")
+    assert report["kept"] == ("start" if held["verdict"] == "worse"
+                              else "adapted")
+    assert report["kept_checkpoint"] == (
+        report["adapted"] if report["kept"] == "adapted"
+        else os.path.abspath(trained[0]))
     for when in ("before", "after"):  # the scene has ground truth
         assert 0 < report[when]["IDF1"] <= 1
         _check_bounds(report[when]["self_calibrated_gate"])
-    # the adapted encoder, exported as Deep SORT loads it, differs from
-    # the one it started from
-    adapted = encoder_lib.load(report["export"])
-    started = encoder_lib.load(trained[0])
+    # the kept encoder, exported as Deep SORT loads it; --keep chooses
+    exported = encoder_lib.load(report["export"])
     patches = np.random.default_rng(0).integers(0, 256, (4, 128, 64, 3),
                                                 dtype=np.uint8)
-    features = adapted(patches)
+    features = exported(patches)
     np.testing.assert_allclose(np.linalg.norm(features, axis=1), 1,
                                atol=1e-5)
-    assert np.abs(features - started(patches)).max() > 1e-3
+    np.testing.assert_allclose(features, encoder_lib.load(
+        report["kept_checkpoint"])(patches), atol=1e-4)
+    for keep, source in (("adapted", report["adapted"]),
+                         ("start", trained[0])):
+        chosen = adapt.adapt(trained[0], [scene], str(out),
+                             number_of_steps=3, batch_size=16, keep=keep)
+        assert chosen["kept"] == keep
+        np.testing.assert_allclose(
+            encoder_lib.load(chosen["export"])(patches),
+            encoder_lib.load(source)(patches), atol=1e-4)
+    assert np.abs(encoder_lib.load(report["adapted"])(patches)
+                  - encoder_lib.load(trained[0])(patches)).max() > 1e-4
     print(adapt.format_report(report))
     # what the run is made of, for a rerun to compare
     assert report["model"] == trained[0]
@@ -305,7 +335,7 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
         ("SCENE-01", os.path.realpath(scene))]
     assert report["settings"] == {
         "number_of_steps": 3, "batch_size": 16, "track_min_confidence": 0.3,
-        **tracklets.DEFAULTS, "export": "freeze"}
+        "holdout": adapt.HOLDOUT, **tracklets.DEFAULTS, "export": "freeze"}
     # the same inputs: the finished run is measured again, not trained
     checkpoints = sorted(os.listdir(out / "run"))
     again = adapt.adapt(trained[0], [scene], str(out), number_of_steps=3,
@@ -414,3 +444,42 @@ def test_adapt_refuses_before_the_work_and_leaves_nothing_behind(
             in " ".join(help_text.split()))
     assert (f"cut more than {100 * tracklets.GATE_FALSE_REJECT:g} % of the "
             "same-tracklet pairs" in " ".join(help_text.split()))
+
+
+def test_held_out_ranking_and_verdict_against_hand_counts():
+    from cosine_metric_learning import adapt
+    # every (same, different) pair counted by hand: 0.1 < 0.2, 0.1 < 0.4,
+    # 0.3 > 0.2, 0.3 < 0.4; a tie counts half
+    assert adapt.ranking_score([0.1, 0.3], [0.2, 0.4]) == 0.75
+    assert adapt.ranking_score([0.2], [0.2, 0.3]) == 0.75
+    rng = np.random.default_rng(0)
+    same, different = rng.uniform(size=7), rng.uniform(size=5)
+    ws, wd = rng.integers(0, 4, 7).astype(float), rng.integers(1, 4, 5)
+    brute = sum(a * b * ((s < d) + 0.5 * (s == d))
+                for s, a in zip(same, ws) for d, b in zip(different, wd))
+    assert adapt.ranking_score(same, different, ws, wd.astype(float)) == \
+        pytest.approx(brute / (ws.sum() * wd.sum()))
+    # 8 tracklets: 3 same-tracklet pairs each, different pairs between
+    # neighbours; "after" moves every same pair beyond every different
+    # pair, or the reverse
+    pieces = 8
+    same_piece = np.repeat(np.arange(pieces), 3)
+    different_pieces = np.array([(i, (i + 1) % pieces)
+                                 for i in range(pieces)] * 2)
+    before = (rng.uniform(0.0, 1.0, len(same_piece)),
+              rng.uniform(0.0, 1.0, len(different_pieces)))
+    worse = (before[0] + 1.0, before[1])
+    better = (before[0] * 0.1, before[1] + 1.0)
+    for after, verdict in ((worse, "worse"), (better, "better"),
+                           (before, "no clear difference")):
+        check = adapt.held_out_check(before, after, same_piece,
+                                     different_pieces, pieces)
+        assert check["verdict"] == verdict, check
+        assert check["difference"] == pytest.approx(
+            adapt.ranking_score(*after) - adapt.ranking_score(*before))
+        low, high = check["interval"]
+        assert low <= check["difference"] <= high
+    # too few tracklets to say
+    few = adapt.held_out_check(before, worse, same_piece % 2,
+                               different_pieces % 2, 2)
+    assert few["verdict"] == "unchecked" and "2 tracklets" in few["why"]

@@ -1,0 +1,503 @@
+"""Search a large gallery of features: an approximate-nearest-neighbour
+index (faiss) over feature shards, and queries against it.
+
+    python -m cosine_metric_learning.search build \
+        --features=./gallery_features --index=./gallery_index
+    python -m cosine_metric_learning.search query --index=./gallery_index \
+        --images=./query_crops --model=./output/market1501/cosine-softmax \
+        --top_k=10 --output=ranking.json
+
+``--features`` is a comma-separated list of feature files as ``encode``
+writes them (a ``.npy`` of unit features with its ``.filenames.txt``
+beside it) or folders of them (the shards of
+:mod:`cosine_metric_learning.encode_shards`, whose ``manifest.json``
+names the model). ``build`` writes ``--index`` (a new or empty folder, or
+an earlier index of this command): ``index.faiss``, an inverted-file
+index of 8-bit scalar-quantised codes (faiss ``IVF<n>,SQ8``, inner
+product: a quarter of the float32 features' size) and ``index.json``,
+the shards it covers in order, their digests and the model.
+
+``query`` opens the index memory-mapped (the inverted lists stay on disk
+until a probe reads them) and, for each query (image files encoded with
+``--model``, or a ``--query_features`` file), asks it for
+``--candidates`` neighbours in ``--nprobe`` lists, then ranks those by
+their exact cosine distance, read from the shards (memory-mapped too),
+and keeps ``--top_k``. ``--output`` is ``.json`` (each query's ranked
+file names and distances) or ``.txt``, the kits' ranking layout: a line
+per query of the gallery file names, best first. An index built from
+another model's features is refused, as is a query of another dimension.
+"""
+
+if __name__ == "__main__":  # Ctrl-C while the imports load: one line
+    from cosine_metric_learning import errors as _errors
+    _errors.quiet_ctrl_c_while_starting()
+
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+from cosine_metric_learning import files
+from cosine_metric_learning.errors import ArgumentError, UsageError
+
+INDEX_FILE = "index.faiss"
+INDEX_JSON = "index.json"
+MANIFEST = "manifest.json"  # of a folder of shards
+NAMES_SUFFIX = ".filenames.txt"
+INSTALL_HINT = "pip install '.[search]'"
+# inverted lists per feature: about 4 sqrt(N), as faiss's guidelines give
+LISTS_PER_SQRT = 4
+# training vectors per list for the coarse quantiser's k-means
+TRAIN_PER_LIST = 64
+MIN_TRAIN_PER_LIST = 39
+DEFAULTS = {"top_k": 10, "candidates": 100, "nprobe": 32}
+INDEX_REPORT = files.json_kind({"shards", "feature_dim", "count", "model"},
+                               "an index of this command (a JSON object "
+                               "with 'shards', 'feature_dim', 'count' and "
+                               "'model')")
+RANKING_JSON = files.json_kind({"index", "queries"}, "a ranking written by "
+                               "this command (a JSON object with 'index' "
+                               "and 'queries')")
+RANKING_TXT = files.Kind("a ranking written by this command (a .txt of "
+                         "gallery file names)", lambda path: path.endswith(
+                             ".txt"))
+
+
+def require_faiss():
+    """The faiss module, or one line naming the extra that brings it."""
+    try:
+        import faiss
+    except ImportError:
+        raise UsageError("searching needs faiss, which is not installed; "
+                         f"install it with {INSTALL_HINT}") from None
+    return faiss
+
+
+def digest(path):
+    """SHA-256 of a file's bytes."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+# Shards ---------------------------------------------------------------------
+
+def names_path(npy_path):
+    """The file-name list beside a feature file."""
+    return os.path.splitext(npy_path)[0] + NAMES_SUFFIX
+
+
+def read_names(npy_path):
+    with open(names_path(npy_path)) as f:
+        return f.read().splitlines()
+
+
+def find_shards(features):
+    """``(shard .npy paths in order, model or None)`` of ``--features``: a
+    comma-separated list of ``.npy`` feature files and folders of them;
+    the model is what the folders' ``manifest.json`` records (one model
+    for all, or a refusal)."""
+    paths, models = [], {}
+    entries = [p for p in features.split(",") if p]
+    if not entries:
+        raise ArgumentError("features", features, "expected feature files "
+                            "or folders of them")
+    for entry in entries:
+        if os.path.isdir(entry):
+            found = sorted(os.path.join(entry, n) for n in os.listdir(entry)
+                           if n.endswith(".npy"))
+            if not found:
+                raise ArgumentError("features", entry, "the folder holds no "
+                                    ".npy feature files")
+            manifest = os.path.join(entry, MANIFEST)
+            if os.path.isfile(manifest):
+                with open(manifest) as f:
+                    recorded = json.load(f)
+                models[entry] = recorded.get("model")
+                # only the shards the manifest lists (a shard being written
+                # by a running pipeline is not yet one)
+                done = set(recorded.get("finished", []))
+                found = [p for p in found if os.path.basename(p) in done]
+                if not found:
+                    raise ArgumentError("features", entry, "no shard of it "
+                                        "is finished yet")
+            paths += found
+        elif os.path.isfile(entry) and entry.endswith(".npy"):
+            paths.append(entry)
+        else:
+            raise ArgumentError("features", entry, "expected a .npy feature "
+                                "file or a folder of them")
+    distinct = {json.dumps(m, sort_keys=True) for m in models.values()}
+    if len(distinct) > 1:
+        raise UsageError("the feature folders were encoded with different "
+                         "models: " + "; ".join(
+                             f"{entry}: {(m or {}).get('path')}"
+                             for entry, m in models.items()))
+    model = next(iter(models.values())) if models else None
+    return paths, model
+
+
+def check_shard(path, dim=None):
+    """``(rows, dim)`` of a feature file with its file-name list; one
+    clear error where either is missing, they disagree, the features are
+    not float vectors, or of a dimension other than ``dim``."""
+    try:
+        features = np.load(path, mmap_mode="r")
+    except (OSError, ValueError) as e:
+        raise ArgumentError("features", path, f"not a .npy array ({e})")
+    if features.ndim != 2 or features.dtype.kind != "f":
+        raise ArgumentError("features", path, "expected a 2-D float array "
+                            f"of features, found {features.dtype} of shape "
+                            f"{features.shape}")
+    if not os.path.isfile(names_path(path)):
+        raise ArgumentError("features", path, "no file-name list "
+                            f"{names_path(path)} beside it")
+    lines = len(read_names(path))
+    if lines != len(features):
+        raise ArgumentError("features", path, f"{len(features)} rows but "
+                            f"{lines} file names in {names_path(path)}")
+    if dim is not None and features.shape[1] != dim:
+        raise ArgumentError("features", path, f"features of dimension "
+                            f"{features.shape[1]}; the other shards' are "
+                            f"{dim}")
+    return len(features), features.shape[1]
+
+
+def _unit(features):
+    features = np.asarray(features, np.float32)
+    return features / np.maximum(
+        np.linalg.norm(features, axis=1, keepdims=True), 1e-12)
+
+
+# Build ----------------------------------------------------------------------
+
+def number_of_lists(count):
+    return int(max(1, min(65536, round(LISTS_PER_SQRT * math.sqrt(count)))))
+
+
+def _earlier_index(index_dir):
+    """Refuse an ``--index`` folder holding what this command did not
+    write."""
+    if os.path.lexists(index_dir) and not os.path.isdir(index_dir):
+        raise ArgumentError("index", index_dir, "it is a file; expected a "
+                            "new or empty folder, or an earlier index")
+    if not os.path.isdir(index_dir):
+        files.check_writable(os.path.dirname(os.path.abspath(index_dir)),
+                             index_dir)
+        return
+    names = set(os.listdir(index_dir))
+    extra = sorted(names - {INDEX_FILE, INDEX_JSON})
+    if extra or (names and INDEX_JSON not in names):
+        raise UsageError(f"refusing to write into {index_dir}: it holds "
+                         f"{(extra or sorted(names))[0]}, which this command "
+                         "did not write; choose a new or empty --index")
+    if names:
+        files.check_output(os.path.join(index_dir, INDEX_JSON),
+                           INDEX_REPORT)
+
+
+def build(features, index_dir, nlist=None, seed=0, log=print):
+    """Build the index of the shards ``features`` names into ``index_dir``;
+    returns what ``index.json`` records."""
+    faiss = require_faiss()
+    _earlier_index(index_dir)
+    paths, model = find_shards(features)
+    counts, dim = [], None
+    for path in paths:
+        rows, dim = check_shard(path, dim)
+        counts.append(rows)
+    count = int(sum(counts))
+    if not count:
+        raise ArgumentError("features", features, "the feature files hold "
+                            "no rows")
+    # faiss's k-means wants 39 training vectors per list at least
+    nlist = nlist or min(number_of_lists(count),
+                         max(1, count // MIN_TRAIN_PER_LIST))
+    nlist = min(nlist, count)
+    start = time.time()
+    index = faiss.index_factory(dim, f"IVF{nlist},SQ8",
+                                faiss.METRIC_INNER_PRODUCT)
+    # the coarse quantiser and the scalar quantiser's ranges from a sample
+    rng = np.random.default_rng(seed)
+    want = min(count, max(nlist * TRAIN_PER_LIST, 10000))
+    offsets = np.cumsum([0] + counts)
+    sample = np.sort(rng.choice(count, want, replace=False))
+    train = np.empty((want, dim), np.float32)
+    for i, path in enumerate(paths):
+        inside = (sample >= offsets[i]) & (sample < offsets[i + 1])
+        if inside.any():
+            train[inside] = np.load(path, mmap_mode="r")[
+                sample[inside] - offsets[i]]
+    index.train(_unit(train))
+    for i, path in enumerate(paths):
+        shard = np.load(path, mmap_mode="r")
+        for begin in range(0, len(shard), 100_000):
+            index.add(_unit(shard[begin:begin + 100_000]))
+        log(f"added {path} ({counts[i]} features; {offsets[i + 1]}/{count})")
+    report = {"shards": [{"path": os.path.abspath(p), "rows": r,
+                          "sha256": digest(p)}
+                         for p, r in zip(paths, counts)],
+              "feature_dim": int(dim), "count": count, "model": model,
+              "factory": f"IVF{nlist},SQ8", "nlist": nlist,
+              "build_seconds": round(time.time() - start, 3)}
+    os.makedirs(index_dir, exist_ok=True)
+    tmp = os.path.join(index_dir, INDEX_FILE + ".tmp")
+    faiss.write_index(index, tmp)
+    os.replace(tmp, os.path.join(index_dir, INDEX_FILE))
+    files.write_atomically(os.path.join(index_dir, INDEX_JSON),
+                           lambda f: json.dump(report, f, indent=1),
+                           INDEX_REPORT)
+    report["index_bytes"] = os.path.getsize(os.path.join(index_dir,
+                                                         INDEX_FILE))
+    return report
+
+
+# Query ----------------------------------------------------------------------
+
+class Index:
+    """An index of :func:`build`, opened memory-mapped, with the shards'
+    features (memory-mapped) for the exact distances and their file
+    names (read per shard, when a result needs one)."""
+
+    def __init__(self, index_dir):
+        faiss = require_faiss()
+        path = os.path.join(index_dir, INDEX_JSON)
+        if not os.path.isfile(path) or not os.path.isfile(
+                os.path.join(index_dir, INDEX_FILE)):
+            raise ArgumentError("index", index_dir, "expected a folder "
+                                f"holding {INDEX_FILE} and {INDEX_JSON} "
+                                "(python -m cosine_metric_learning.search "
+                                "build)")
+        with open(path) as f:
+            self.report = json.load(f)
+        self.dim = self.report["feature_dim"]
+        self.model = self.report["model"]
+        self.index = faiss.read_index(
+            os.path.join(index_dir, INDEX_FILE),
+            faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+        self._shards = []
+        for shard in self.report["shards"]:
+            if not os.path.isfile(shard["path"]):
+                raise UsageError(f"the index {index_dir} covers "
+                                 f"{shard['path']}, which is gone")
+            self._shards.append(np.load(shard["path"], mmap_mode="r"))
+        self._offsets = np.cumsum([0] + [s["rows"]
+                                         for s in self.report["shards"]])
+        self._names = {}
+
+    def _locate(self, ids):
+        shard = np.searchsorted(self._offsets, ids, side="right") - 1
+        return shard, ids - self._offsets[shard]
+
+    def features(self, ids):
+        """The exact unit features of gallery rows ``ids``."""
+        ids = np.asarray(ids, np.int64)
+        out = np.zeros((len(ids), self.dim), np.float32)
+        shard, row = self._locate(ids)
+        for s in np.unique(shard):
+            mine = shard == s
+            out[mine] = self._shards[s][np.sort(row[mine])][
+                np.argsort(np.argsort(row[mine]))]
+        return _unit(out)
+
+    def names(self, ids):
+        shard, row = self._locate(np.asarray(ids, np.int64))
+        out = []
+        for s, r in zip(shard, row):
+            if s not in self._names:
+                self._names[s] = read_names(self.report["shards"][s]["path"])
+            out.append(self._names[s][r])
+        return out
+
+    def check_query(self, queries, model=None):
+        """Refuse queries of another dimension, or encoded with another
+        model than the index's."""
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise ArgumentError("query", f"shape {queries.shape}",
+                                f"the index holds features of dimension "
+                                f"{self.dim}")
+        if model is not None and self.model is not None and \
+                model["sha256"] != self.model["sha256"]:
+            raise UsageError(f"the index holds features of "
+                             f"{self.model['path']}, not of "
+                             f"{model['path']}; query with that model, or "
+                             "build an index of this one's features")
+
+    def search(self, queries, top_k=DEFAULTS["top_k"],
+               candidates=DEFAULTS["candidates"],
+               nprobe=DEFAULTS["nprobe"]):
+        """``(distances, ids)``, each ``(len(queries), top_k)``: the index's
+        ``candidates`` ranked by their exact cosine distance; -1 ids (and
+        inf distances) where fewer are found."""
+        queries = _unit(queries)
+        self.index.nprobe = nprobe
+        _, found = self.index.search(queries, max(candidates, top_k))
+        distances = np.full((len(queries), top_k), np.inf, np.float32)
+        ids = np.full((len(queries), top_k), -1, np.int64)
+        for q, row in enumerate(found):
+            row = row[row >= 0]
+            exact = 1.0 - self.features(row) @ queries[q]
+            order = np.argsort(exact, kind="stable")[:top_k]
+            distances[q, :len(order)] = exact[order]
+            ids[q, :len(order)] = row[order]
+        return distances, ids
+
+
+def exact_search(gallery, queries, top_k):
+    """Exact top-k cosine distances by brute force (the reference)."""
+    gallery, queries = _unit(gallery), _unit(queries)
+    distances = 1.0 - queries @ gallery.T
+    ids = np.argsort(distances, axis=1, kind="stable")[:, :top_k]
+    return np.take_along_axis(distances, ids, axis=1), ids
+
+
+def recall_at(found, exact):
+    """The share of each exact top-k found among ``found`` (row-wise sets),
+    averaged over the queries."""
+    return float(np.mean([len(set(f) & set(e)) / len(e)
+                          for f, e in zip(found, exact)]))
+
+
+def model_identity(path):
+    """``{"path", "sha256"}`` of a model as :func:`encoder.load` resolves
+    it: a file's digest, a checkpoint's index file's, a SavedModel's
+    graph's."""
+    from cosine_metric_learning import checkpoints
+    if os.path.isfile(path):
+        target = path
+    elif os.path.isfile(os.path.join(path, "saved_model.pb")):
+        target = os.path.join(path, "saved_model.pb")
+    else:
+        path = checkpoints.resolve_checkpoint(path)
+        target = path + ".index"
+    return {"path": os.path.abspath(path), "sha256": digest(target)}
+
+
+def write_ranking(output, index, query_names, distances, ids):
+    """The ranking as JSON (names and distances) or the kits' text layout
+    (a line of gallery file names per query)."""
+    if output.endswith(".json"):
+        queries = [{"query": name, "results": [
+            {"name": n, "distance": float(d)}
+            for n, d in zip(index.names(i[i >= 0]), dist[i >= 0])]}
+            for name, dist, i in zip(query_names, distances, ids)]
+        return files.write_atomically(output, lambda f: json.dump(
+            {"index": index.report["shards"][0]["path"] and
+             os.path.dirname(index.report["shards"][0]["path"]),
+             "queries": queries}, f, indent=1), RANKING_JSON)
+    return files.write_atomically(output, lambda f: f.write("".join(
+        " ".join(index.names(i[i >= 0])) + "\n" for i in ids)), RANKING_TXT)
+
+
+def check_ranking_output(output):
+    if not output.endswith((".json", ".txt")):
+        raise ArgumentError("output", output, "expected a .json or .txt "
+                            "file name")
+    files.check_output(output, RANKING_JSON if output.endswith(".json")
+                       else RANKING_TXT)
+
+
+# Command line ---------------------------------------------------------------
+
+def _parser():
+    import argparse
+    parser = argparse.ArgumentParser(
+        prog="python -m cosine_metric_learning.search",
+        description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    b = commands.add_parser("build", help="index feature shards")
+    b.add_argument("--features", required=True, help="comma-separated .npy "
+                   "feature files (with their .filenames.txt) or folders "
+                   "of them")
+    b.add_argument("--index", required=True, help="a new or empty folder "
+                   "(or an earlier index, replaced)")
+    b.add_argument("--nlist", type=int, default=None, help="inverted lists "
+                   "(default: about 4 sqrt(N))")
+    q = commands.add_parser("query", help="rank the index's gallery for "
+                            "query images or features")
+    q.add_argument("--index", required=True)
+    what = q.add_mutually_exclusive_group(required=True)
+    what.add_argument("--images", help="a folder or glob of query images "
+                      "(with --model)")
+    what.add_argument("--query_features", help="a .npy of query features "
+                      "(with its .filenames.txt, as encode writes it)")
+    q.add_argument("--model", help="the model that encoded the gallery "
+                   "(for --images)")
+    q.add_argument("--top_k", type=int, default=DEFAULTS["top_k"])
+    q.add_argument("--candidates", type=int, default=DEFAULTS["candidates"],
+                   help="neighbours asked of the index, then ranked by "
+                   "their exact distance")
+    q.add_argument("--nprobe", type=int, default=DEFAULTS["nprobe"],
+                   help="inverted lists searched per query")
+    q.add_argument("--output", required=True, help=".json or .txt (the "
+                   "kits' ranking layout)")
+    return parser
+
+
+def _positive(name, value):
+    if value < 1:
+        raise ArgumentError(name, value, "expected at least 1")
+
+
+def run(args):
+    if args.command == "build":
+        if args.nlist is not None:
+            _positive("nlist", args.nlist)
+        report = build(args.features, args.index, args.nlist)
+        print(f"indexed {report['count']} features of dimension "
+              f"{report['feature_dim']} from {len(report['shards'])} "
+              f"shard(s) in {report['build_seconds']:.1f} s: "
+              f"{report['factory']}, {report['index_bytes'] / 1e6:.1f} MB "
+              f"(the float32 features: "
+              f"{4 * report['count'] * report['feature_dim'] / 1e6:.1f} MB)")
+        print(f"wrote {args.index}")
+        return 0
+    for name in ("top_k", "candidates", "nprobe"):
+        _positive(name, getattr(args, name))
+    check_ranking_output(args.output)
+    index = Index(args.index)
+    if args.images is not None:
+        if args.model is None:
+            raise ArgumentError("model", None, "--images needs the --model "
+                                "that encoded the gallery")
+        from cosine_metric_learning import encode
+        from cosine_metric_learning import encoder as encoder_lib
+        identity = model_identity(args.model)
+        if index.model is not None:  # before the encoding
+            index.check_query(np.zeros((0, index.dim), np.float32), identity)
+        names = encode.list_images(args.images)
+        encoder = encoder_lib.load(args.model)
+        queries = encode.encode_files(encoder, names)
+        index.check_query(queries, identity)
+    else:
+        check_shard(args.query_features)
+        queries = np.load(args.query_features)
+        names = read_names(args.query_features)
+        index.check_query(queries)
+    distances, ids = index.search(queries, args.top_k, args.candidates,
+                                  args.nprobe)
+    print(f"wrote {write_ranking(args.output, index, names, distances, ids)}"
+          f" ({len(names)} queries, top {args.top_k})")
+    return 0
+
+
+def main(argv=None):
+    from cosine_metric_learning.errors import report_errors
+    args = _parser().parse_args(argv)
+    flag_names = {"features": "--features", "index": "--index",
+                  "query": "--query_features", "model": "--model",
+                  "output": "--output", "top_k": "--top_k",
+                  "candidates": "--candidates", "nprobe": "--nprobe",
+                  "nlist": "--nlist", "pattern": "--images",
+                  "path": "--model"}
+    return report_errors([sys.argv[0]], lambda: run(args), flag_names)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

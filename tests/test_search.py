@@ -1,0 +1,220 @@
+"""Sharded encoding on a Dask cluster and approximate-nearest-neighbour
+search over the shards (``encode_shards``, ``search``)."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import ENV, ROOT, one_error_line, run_script
+
+faiss = pytest.importorskip("faiss")
+
+
+def _identity_features(rng, count, dim=32, people=400, spread=0.6):
+    """Unit features of ``people`` identities, each a centre plus noise."""
+    centres = rng.normal(size=(people, dim))
+    labels = rng.integers(0, people, count)
+    features = centres[labels] + spread * rng.normal(size=(count, dim))
+    return (features / np.linalg.norm(features, axis=1, keepdims=True)
+            ).astype(np.float32), centres, labels
+
+
+def _write_shard(path, features, names):
+    np.save(path, features)
+    with open(os.path.splitext(path)[0] + ".filenames.txt", "w") as f:
+        f.write("".join(n + "\n" for n in names))
+
+
+@pytest.fixture(scope="module")
+def gallery(tmp_path_factory):
+    from cosine_metric_learning import search
+    root = tmp_path_factory.mktemp("gallery")
+    rng = np.random.default_rng(5)
+    features, centres, labels = _identity_features(rng, 20000)
+    os.makedirs(root / "features")
+    for part in range(2):
+        rows = slice(part * 10000, (part + 1) * 10000)
+        _write_shard(str(root / "features" / f"shard-{part:05d}.npy"),
+                     features[rows], [f"p{labels[i]}_{i}.jpg" for i in
+                                      range(20000)][rows])
+    report = search.build(str(root / "features"), str(root / "index"),
+                          log=lambda _: None)
+    queries = centres[labels[:200]] + 0.6 * rng.normal(size=(200, 32))
+    return root, features, queries.astype(np.float32), report
+
+
+def test_index_ranks_as_the_exact_distances_do(gallery):
+    from cosine_metric_learning import search
+    root, features, queries, report = gallery
+    assert report["count"] == 20000 and report["feature_dim"] == 32
+    # a quarter of the float32 features' bytes, plus the lists' ids
+    assert report["index_bytes"] < features.nbytes
+    index = search.Index(str(root / "index"))
+    distances, ids = index.search(queries, top_k=10)
+    # the reference: brute force in float64, computed here
+    unit = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    exact = 1.0 - unit.astype(np.float64) @ features.T.astype(np.float64)
+    exact_ids = np.argsort(exact, axis=1)[:, :10]
+    found = np.mean([len(set(a) & set(b)) / 10
+                     for a, b in zip(ids, exact_ids)])
+    assert found >= 0.95, found
+    # the distances returned are the exact ones of the ids returned, sorted
+    np.testing.assert_allclose(
+        distances, np.take_along_axis(exact, ids, axis=1), atol=1e-5)
+    assert np.all(np.diff(distances, axis=1) >= 0)
+    # and the names are the shards' lines of those rows
+    assert all(name.endswith(f"_{i}.jpg") for name, i in zip(
+        index.names(ids[0]), ids[0]))
+
+
+def test_query_command_writes_the_kits_layout_and_json(gallery, tmp_path):
+    root, features, queries, _ = gallery
+    query = str(tmp_path / "q.npy")
+    _write_shard(query, queries[:3], ["a.jpg", "b.jpg", "c.jpg"])
+    for output in ("rank.txt", "rank.json"):
+        result = run_script(
+            "-m", "cosine_metric_learning.search", "query",
+            f"--index={root / 'index'}", f"--query_features={query}",
+            "--top_k=5", f"--output={tmp_path / output}")
+        assert result.returncode == 0, result.stderr[-2000:]
+    lines = (tmp_path / "rank.txt").read_text().splitlines()
+    assert len(lines) == 3 and all(len(line.split()) == 5 for line in lines)
+    ranking = json.loads((tmp_path / "rank.json").read_text())
+    assert [q["query"] for q in ranking["queries"]] == ["a.jpg", "b.jpg",
+                                                       "c.jpg"]
+    first = ranking["queries"][0]["results"]
+    assert [r["name"] for r in first] == lines[0].split()
+    # each distance is the exact cosine distance of the named row
+    row = int(first[0]["name"].rsplit("_", 1)[1].split(".")[0])
+    unit = queries[0] / np.linalg.norm(queries[0])
+    assert first[0]["distance"] == pytest.approx(
+        1.0 - float(unit @ features[row]), abs=1e-5)
+
+
+def test_bad_input_is_one_line(gallery, tmp_path):
+    root, _, queries, _ = gallery
+    query = str(tmp_path / "q.npy")
+    _write_shard(query, np.ones((2, 16), np.float32), ["a", "b"])
+    result = run_script("-m", "cosine_metric_learning.search", "query",
+                        f"--index={root / 'index'}",
+                        f"--query_features={query}",
+                        f"--output={tmp_path / 'r.json'}")
+    one_error_line(result, "--query_features", "dimension 32")
+    os.makedirs(tmp_path / "empty")
+    result = run_script("-m", "cosine_metric_learning.search", "build",
+                        f"--features={tmp_path / 'empty'}",
+                        f"--index={tmp_path / 'index'}")
+    one_error_line(result, "--features", "no .npy feature files")
+    assert not os.path.exists(tmp_path / "index")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    result = run_script("-m", "cosine_metric_learning.search", "build",
+                        f"--features={root / 'features'}",
+                        f"--index={tmp_path / 'mine'}")
+    one_error_line(result, "refusing to write into", "notes.txt")
+    assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+
+
+def test_index_of_another_models_features_is_refused(gallery):
+    from cosine_metric_learning import search
+    from cosine_metric_learning.errors import UsageError
+    index = search.Index(str(gallery[0] / "index"))
+    index.model = {"path": "/models/a", "sha256": "1" * 64}
+    with pytest.raises(UsageError, match="holds features of /models/a, not "
+                       "of /models/b"):
+        index.check_query(np.zeros((1, 32), np.float32),
+                          {"path": "/models/b", "sha256": "2" * 64})
+
+
+@pytest.fixture(scope="module")
+def images(market_dir, tmp_path_factory):
+    """Real JPEGs in two subfolders, and one corrupt file among them."""
+    root = tmp_path_factory.mktemp("images")
+    names = sorted(n for n in os.listdir(os.path.join(
+        market_dir, "bounding_box_test")) if n.endswith(".jpg"))[:50]
+    for i, name in enumerate(names):
+        folder = root / ("a" if i % 2 else "b")
+        folder.mkdir(exist_ok=True)
+        shutil.copy(os.path.join(market_dir, "bounding_box_test", name),
+                    folder / name)
+    (root / "b" / "zz_corrupt.jpg").write_bytes(b"not a jpeg")
+    return root
+
+
+def test_shards_equal_encode_and_skip_what_cannot_be_read(trained, images,
+                                                          tmp_path):
+    pytest.importorskip("distributed")
+    from cosine_metric_learning import encode, encode_shards
+    from cosine_metric_learning import encoder as encoder_lib
+    path, _ = trained
+    out = tmp_path / "shards"
+    manifest = encode_shards.run(path, str(images), str(out), shard_size=16,
+                                 workers=1, log=lambda _: None)
+    assert manifest["finished"] == [f"shard-{i:05d}.npy" for i in range(4)]
+    assert list(manifest["skipped"]) == [str(images / "b" /
+                                             "zz_corrupt.jpg")]
+    shards = sorted(str(out / n) for n in manifest["finished"])
+    features = np.concatenate([np.load(s) for s in shards])
+    names = sum((open(s[:-4] + ".filenames.txt").read().splitlines()
+                 for s in shards), [])
+    assert len(names) == manifest["rows"] == 50
+    # single-process encode of the same files, in this process
+    expected = encode.encode_files(encoder_lib.load(path), names)
+    cosine = np.sum(features * expected, axis=1) / (
+        np.linalg.norm(features, axis=1) * np.linalg.norm(expected, axis=1))
+    assert cosine.min() >= 0.9999, cosine.min()
+    # a rerun skips every finished shard: nothing is written again
+    stamps = {s: os.stat(s).st_mtime_ns for s in shards}
+    again = encode_shards.run(path, str(images), str(out), shard_size=16,
+                              workers=1, log=lambda _: None)
+    assert again["finished"] == manifest["finished"]
+    assert {s: os.stat(s).st_mtime_ns for s in shards} == stamps
+    # other inputs do not continue it
+    from cosine_metric_learning.errors import UsageError
+    with pytest.raises(UsageError, match="--shard_size differs"):
+        encode_shards.run(path, str(images), str(out), shard_size=8,
+                          workers=1)
+
+
+def test_a_stopped_run_goes_on_without_redoing_shards(trained, images,
+                                                      tmp_path):
+    pytest.importorskip("distributed")
+    path, _ = trained
+    out = tmp_path / "shards"
+    command = [sys.executable, "-m", "cosine_metric_learning.encode_shards",
+               f"--model={path}", f"--images={images}",
+               f"--output_dir={out}", "--shard_size=2", "--workers=1",
+               "--batch_size=2"]
+    process = subprocess.Popen(command, cwd=ROOT, env=ENV,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    manifest = out / "manifest.json"
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if manifest.exists() and json.loads(manifest.read_text())[
+                "finished"]:
+            break
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    first = json.loads(manifest.read_text())["finished"]
+    assert first, stderr[-2000:]
+    if process.returncode != 0:  # stopped before the end: one line, 130
+        assert process.returncode == 130, stderr[-2000:]
+        assert "Traceback" not in stderr, stderr[-2000:]
+    stamps = {n: os.stat(out / n).st_mtime_ns for n in first}
+    result = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"{len(first)} finished earlier" in result.stdout
+    final = json.loads(manifest.read_text())
+    assert len(final["finished"]) == 26 and final["rows"] == 50
+    # the shards finished before the stop were not written again
+    assert {n: os.stat(out / n).st_mtime_ns for n in first} == stamps

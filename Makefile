@@ -16,7 +16,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,deploy,track]'
+	$(PY) -m pip install --quiet -e '.[test,deploy,track,search,distributed]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -26,10 +26,12 @@ command.
 4. The check, on the held-out frames' tracklets, which the fine-tuning
    never saw: how often a same-tracklet pair is closer than a same-frame
    pair under each model, and an interval of the difference from
-   resampling the tracklets. The verdict is ``better``, ``worse`` or
-   ``no clear difference``. ``--keep=auto`` exports the adapted model
-   unless the verdict is ``worse``, and then the model it started from;
-   ``--keep=adapted`` or ``--keep=start`` choose.
+   resampling the tracklets. The verdict is ``better``, ``worse``, ``no
+   clear difference`` or ``unchecked`` (too few held-out tracklets).
+   ``--keep=auto`` exports the adapted model where the verdict is
+   ``better`` and the model it started from otherwise: the adapted model
+   has to show that it helps; ``--keep=adapted`` or ``--keep=start``
+   choose.
 5. The kept encoder exported as ``--export`` asks (Deep SORT's frozen
    graph by default): ``OUT/adapted.pb``; the numbers, the verdict and
    its reason go to ``OUT/adapt.json``, with the model, the sequences and
@@ -94,8 +96,8 @@ BOOTSTRAP_RESAMPLES = 500
 INTERVAL = 0.95
 # fewer held-out tracklets than this give no verdict
 MIN_HELD_OUT_TRACKLETS = 5
-# which model --keep=auto exports: the adapted one unless the held-out
-# frames show it separating people worse
+# which model to export; auto: the adapted one only where the held-out
+# frames show it separating people better
 KEEP = ("auto", "adapted", "start")
 EXPORTS = {"freeze": (cli.Mode.FREEZE, "adapted.pb"),
            "onnx": (cli.Mode.ONNX, "adapted.onnx"),
@@ -426,7 +428,7 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
     held_out["first_frames"] = {s.name: first for s, (_, _, first) in
                                 zip(sequences, split)}
     kept = ("adapted" if keep == "adapted" or (
-        keep == "auto" and held_out["verdict"] != "worse") else "start")
+        keep == "auto" and held_out["verdict"] == "better") else "start")
     report = {**inputs, "adapted": adapted, "tracklets": {
         "identities": len(manifest["identities"]),
         "crops": manifest["counts"]["kept"]},
@@ -529,8 +531,9 @@ def define_flags():
                        "last frames held out of the fine-tuning, to check "
                        "the adapted model on.")
     flags.DEFINE_enum("keep", "auto", list(KEEP), "The model to export: "
-                      "auto (the adapted one unless the held-out frames "
-                      "say it is worse), adapted or start.")
+                      "auto (the adapted one where the held-out frames say "
+                      "it is better, else the start model), adapted or "
+                      "start.")
     flags.DEFINE_enum("export", "freeze", list(EXPORTS), "How to export "
                       "the adapted encoder (freeze: Deep SORT's .pb).")
     tracklets.define_cut_flags()

@@ -47,6 +47,8 @@ from cosine_metric_learning.errors import parse_flags, report_errors
 FLAGS = flags.FLAGS
 INSTALL_HINT = "pip install '.[distributed]'"
 SHARD = "shard-{:05d}"
+# how often the driver looks for finished shards
+POLL_SECONDS = 0.2
 MANIFEST = files.json_kind({"model", "files_sha256", "shard_size",
                             "finished"}, "a manifest of this command (a "
                            "JSON object with 'model', 'files_sha256', "
@@ -122,6 +124,7 @@ def encode_shard(model, batch_size, paths, npy_path):
     """Encode one shard's files into ``npy_path`` (and its file-name list);
     returns ``{"rows", "skipped": {file: error}, "seconds"}``."""
     import tensorflow as tf
+    tf.get_logger().setLevel(pylogging.ERROR)  # the last batch's retrace
     start = time.time()
     encoder = _encoder(model, batch_size)
     features, kept, skipped = [], [], {}
@@ -234,7 +237,7 @@ def run(model, images, output_dir, shard_size=10000, workers=2,
     else:
         cluster = distributed.LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True,
-            dashboard_address=None, silence_logs=logging.ERROR)
+            dashboard_address=None, silence_logs=pylogging.ERROR)
         client = distributed.Client(cluster)
     start, done_files = time.time(), 0
     try:
@@ -243,21 +246,27 @@ def run(model, images, output_dir, shard_size=10000, workers=2,
             os.path.join(output_dir, name + ".npy"), key=f"encode-{name}-"
             f"{inputs['files_sha256'][:12]}", pure=False): (name, part)
             for name, part in pending}
-        for future in distributed.as_completed(futures):
-            name, part = futures[future]
-            result = future.result()
-            manifest["finished"] = sorted(manifest["finished"]
-                                          + [name + ".npy"])
-            manifest["skipped"].update(result["skipped"])
-            manifest["rows"] += result["rows"]
-            _write(manifest_path, manifest)
-            done_files += len(part)
-            log(f"{name}: {result['rows']} features"
-                + (f", {len(result['skipped'])} unreadable files skipped"
-                   if result["skipped"] else "")
-                + f"; {len(manifest['finished'])}/{len(shards)} shards, "
-                f"{done_files / max(time.time() - start, 1e-9):.1f} "
-                "images/s")
+        pending = dict(futures)
+        while pending:  # polled: Ctrl-C lands in the sleep, every time
+            finished = [future for future in pending if future.done()]
+            if not finished:
+                time.sleep(POLL_SECONDS)
+                continue
+            for future in finished:
+                name, part = pending.pop(future)
+                result = future.result()
+                manifest["finished"] = sorted(manifest["finished"]
+                                              + [name + ".npy"])
+                manifest["skipped"].update(result["skipped"])
+                manifest["rows"] += result["rows"]
+                _write(manifest_path, manifest)
+                done_files += len(part)
+                log(f"{name}: {result['rows']} features"
+                    + (f", {len(result['skipped'])} unreadable files "
+                       "skipped" if result["skipped"] else "")
+                    + f"; {len(manifest['finished'])}/{len(shards)} "
+                    f"shards, {done_files / max(time.time() - start, 1e-9):.1f}"
+                    " images/s")
     finally:
         client.close()
         if not scheduler:

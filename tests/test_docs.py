@@ -93,9 +93,12 @@ def _all_commands():
 
 def _entry_point(argv):
     """``(entry point, its arguments)`` for a Python command (a script of
-    the repository or ``-m module``), else ``(program, arguments)``."""
+    the repository, ``-m module`` or ``-m module subcommand``), else
+    ``(program, arguments)``."""
     if argv[0] in PYTHONS:
-        if argv[1] == "-m":
+        if argv[1] == "-m":  # a subcommand (search build) is the entry's
+            if len(argv) > 3 and re.fullmatch(r"[a-z]+", argv[3]):
+                return ("-m", argv[2], argv[3]), argv[4:]
             return ("-m", argv[2]), argv[3:]
         return argv[1], argv[2:]
     return argv[0], argv[1:]

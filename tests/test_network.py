@@ -103,3 +103,22 @@ def test_batch_norm_moving_averages_update_in_training():
     assert not np.allclose(before, after)
     # momentum 0.999: one step moves the average by 0.1 % of the gap
     assert np.max(np.abs(after - before)) < 2e-3 * np.max(np.abs(before))
+
+
+def test_train_from_freezes_the_layers_before_it():
+    import pytest
+    from cosine_metric_learning import model as model_lib
+    from cosine_metric_learning.errors import ArgumentError
+    encoder = network_definition.create_encoder()
+    every = len(encoder.trainable_variables)
+    model_lib.train_from(encoder, "fc1")
+    # fc1's kernel and its batch norm's offset: what the head trains
+    assert sorted(v.path for v in encoder.trainable_variables) == [
+        "fc1/kernel", "fc1_bn/beta"]
+    assert every > 2
+    with pytest.raises(ArgumentError) as error:
+        model_lib.train_from(network_definition.create_encoder(), "fc9")
+    message = error.value.for_flags({"train_from": "--train_from"})
+    assert message.startswith("--train_from=fc9: expected a layer of the "
+                              "encoder: conv1_1")
+    assert "fc1" in message

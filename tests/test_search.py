@@ -148,44 +148,13 @@ def images(market_dir, tmp_path_factory):
     return root
 
 
-def test_shards_equal_encode_and_skip_what_cannot_be_read(trained, images,
-                                                          tmp_path):
+def test_shards_stop_go_on_and_equal_encode(trained, images, tmp_path):
+    """Ctrl-C in the middle, a rerun that skips the finished shards, the
+    corrupt file listed, and features equal to single-process encode's."""
     pytest.importorskip("distributed")
     from cosine_metric_learning import encode, encode_shards
     from cosine_metric_learning import encoder as encoder_lib
-    path, _ = trained
-    out = tmp_path / "shards"
-    manifest = encode_shards.run(path, str(images), str(out), shard_size=16,
-                                 workers=1, log=lambda _: None)
-    assert manifest["finished"] == [f"shard-{i:05d}.npy" for i in range(4)]
-    assert list(manifest["skipped"]) == [str(images / "b" /
-                                             "zz_corrupt.jpg")]
-    shards = sorted(str(out / n) for n in manifest["finished"])
-    features = np.concatenate([np.load(s) for s in shards])
-    names = sum((open(s[:-4] + ".filenames.txt").read().splitlines()
-                 for s in shards), [])
-    assert len(names) == manifest["rows"] == 50
-    # single-process encode of the same files, in this process
-    expected = encode.encode_files(encoder_lib.load(path), names)
-    cosine = np.sum(features * expected, axis=1) / (
-        np.linalg.norm(features, axis=1) * np.linalg.norm(expected, axis=1))
-    assert cosine.min() >= 0.9999, cosine.min()
-    # a rerun skips every finished shard: nothing is written again
-    stamps = {s: os.stat(s).st_mtime_ns for s in shards}
-    again = encode_shards.run(path, str(images), str(out), shard_size=16,
-                              workers=1, log=lambda _: None)
-    assert again["finished"] == manifest["finished"]
-    assert {s: os.stat(s).st_mtime_ns for s in shards} == stamps
-    # other inputs do not continue it
     from cosine_metric_learning.errors import UsageError
-    with pytest.raises(UsageError, match="--shard_size differs"):
-        encode_shards.run(path, str(images), str(out), shard_size=8,
-                          workers=1)
-
-
-def test_a_stopped_run_goes_on_without_redoing_shards(trained, images,
-                                                      tmp_path):
-    pytest.importorskip("distributed")
     path, _ = trained
     out = tmp_path / "shards"
     command = [sys.executable, "-m", "cosine_metric_learning.encode_shards",
@@ -215,6 +184,23 @@ def test_a_stopped_run_goes_on_without_redoing_shards(trained, images,
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"{len(first)} finished earlier" in result.stdout
     final = json.loads(manifest.read_text())
+    # 51 files in shards of 2; the corrupt one listed with its error
     assert len(final["finished"]) == 26 and final["rows"] == 50
+    assert list(final["skipped"]) == [str(images / "b" / "zz_corrupt.jpg")]
     # the shards finished before the stop were not written again
     assert {n: os.stat(out / n).st_mtime_ns for n in first} == stamps
+    shards = [str(out / n) for n in sorted(final["finished"])]
+    features = np.concatenate([np.load(s) for s in shards])
+    names = sum((open(s[:-4] + ".filenames.txt").read().splitlines()
+                 for s in shards), [])
+    assert names == sorted(str(p) for p in images.glob("*/*.jpg")
+                           if p.name != "zz_corrupt.jpg")
+    # single-process encode of the same files, in this process
+    expected = encode.encode_files(encoder_lib.load(path), names)
+    cosine = np.sum(features * expected, axis=1) / (
+        np.linalg.norm(features, axis=1) * np.linalg.norm(expected, axis=1))
+    assert cosine.min() >= 0.9999, cosine.min()
+    # other inputs do not continue it, and are refused before any work
+    with pytest.raises(UsageError, match="--shard_size differs"):
+        encode_shards.run(path, str(images), str(out), shard_size=8)
+    assert json.loads(manifest.read_text()) == final

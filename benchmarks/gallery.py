@@ -12,8 +12,11 @@ force (faiss ``IndexFlatIP``, the exact inner products, BLAS on every
 core) and by the index (``search.Index``: ``--candidates`` from
 ``--nprobe`` inverted lists, re-ranked by their exact distances read from
 the memory-mapped shards). Printed: recall@1 and @10 of the index against
-exact ranking, queries per second of both and their ratio, build time,
-and the index's bytes against the float32 features'. With ``--images``
+exact ranking, queries per second of both and their ratio (all queries
+in one call, where brute force is one matrix product; and
+``--single_queries`` of them one at a time, as a search service gets
+them), build time, and the index's bytes against the float32
+features'. With ``--images``
 and ``--model``: the images encoded by ``encode`` in one process and by
 ``encode_shards`` on a local Dask cluster of ``--workers`` processes,
 images per second of both, the largest difference of their features,
@@ -68,19 +71,30 @@ def compare(gallery, queries, folder, args, exclude_self=False):
     import faiss
     write_shards(os.path.join(folder, "features"), gallery, args.shard_size)
     report = search.build(os.path.join(folder, "features"),
-                          os.path.join(folder, "index"), log=lambda _: None)
+                          os.path.join(folder, "index"), kind=args.codes,
+                          log=lambda _: None)
     k = args.top_k + (1 if exclude_self else 0)
     exact_index = faiss.IndexFlatIP(gallery.shape[1])
     exact_index.add(gallery)
     start = time.perf_counter()
     _, exact = exact_index.search(queries, k)
     exact_seconds = time.perf_counter() - start
-    del exact_index
     index = search.Index(os.path.join(folder, "index"))
     start = time.perf_counter()
     _, found = index.search(queries, k, max(args.candidates, k),
                             args.nprobe)
     ann_seconds = time.perf_counter() - start
+    # one query at a time, as a search service gets them
+    single = queries[:args.single_queries]
+    start = time.perf_counter()
+    for query in single:
+        exact_index.search(query[None], k)
+    exact_single = (time.perf_counter() - start) / len(single)
+    start = time.perf_counter()
+    for query in single:
+        index.search(query[None], k, max(args.candidates, k), args.nprobe)
+    ann_single = (time.perf_counter() - start) / len(single)
+    del exact_index
     if exclude_self:  # a query (a gallery row) is not its own neighbour
         exact, found = ([row[row != i][:args.top_k]
                          for i, row in enumerate(ranked)]
@@ -92,6 +106,9 @@ def compare(gallery, queries, folder, args, exclude_self=False):
             "exact_qps": len(queries) / exact_seconds,
             "ann_qps": len(queries) / ann_seconds,
             "speed-up": exact_seconds / ann_seconds,
+            "exact_qps_one_at_a_time": 1.0 / exact_single,
+            "ann_qps_one_at_a_time": 1.0 / ann_single,
+            "speed-up_one_at_a_time": exact_single / ann_single,
             "build_seconds": report["build_seconds"],
             "index_bytes": report["index_bytes"],
             "features_bytes": int(gallery.nbytes),
@@ -131,12 +148,15 @@ def main(argv=None):
                         help="the noise's standard deviation per dimension "
                         "against the centres' 1")
     parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--single_queries", type=int, default=200,
+                        help="queries also timed one at a time")
     parser.add_argument("--top_k", type=int, default=10)
     parser.add_argument("--candidates", type=int,
                         default=search.DEFAULTS["candidates"])
     parser.add_argument("--nprobe", type=int,
                         default=search.DEFAULTS["nprobe"])
     parser.add_argument("--shard_size", type=int, default=1_000_000)
+    parser.add_argument("--codes", default="sq8", choices=search.CODES)
     parser.add_argument("--images", default=None)
     parser.add_argument("--model", default=None)
     parser.add_argument("--workers", type=int, default=2)
@@ -162,14 +182,21 @@ def main(argv=None):
                 os.path.join(tmp, "real"), args, exclude_self=True)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    print("queries per second, exact (faiss IndexFlatIP) and the index: "
+          "all queries in one call, and one query at a time")
     print(f"{'gallery':>26s} {'recall@1':>9s} {'recall@10':>10s} "
-          f"{'exact q/s':>10s} {'index q/s':>10s} {'speed-up':>9s} "
-          f"{'build s':>8s} {'index MB':>9s} {'features MB':>12s}")
+          f"{'exact':>7s} {'index':>7s} {'ratio':>6s} {'exact 1':>8s} "
+          f"{'index 1':>8s} {'ratio 1':>8s} {'build s':>8s} "
+          f"{'index MB':>9s} {'features MB':>12s}")
     for kind, row in rows:
         print(f"{kind[-16:]:>16s} {row['gallery']:>9d} "
               f"{row['recall@1']:9.3f} {row['recall@10']:10.3f} "
-              f"{row['exact_qps']:10.0f} {row['ann_qps']:10.0f} "
-              f"{row['speed-up']:8.0f}x {row['build_seconds']:8.1f} "
+              f"{row['exact_qps']:7.0f} {row['ann_qps']:7.0f} "
+              f"{row['speed-up']:5.0f}x "
+              f"{row['exact_qps_one_at_a_time']:8.0f} "
+              f"{row['ann_qps_one_at_a_time']:8.0f} "
+              f"{row['speed-up_one_at_a_time']:7.0f}x "
+              f"{row['build_seconds']:8.1f} "
               f"{row['index_bytes'] / 1e6:9.1f} "
               f"{row['features_bytes'] / 1e6:12.1f}")
     print(f"({rows[0][1]['factory'] if rows else ''}: --nprobe="

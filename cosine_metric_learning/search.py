@@ -13,11 +13,12 @@ beside it) or folders of them (the shards of
 :mod:`cosine_metric_learning.encode_shards`, whose ``manifest.json``
 names the model). ``build`` writes ``--index`` (a new or empty folder, or
 an earlier index of this command): ``index.faiss``, an inverted-file
-index (faiss ``IVF<n>,PQ<d/4>x4fs`` over inner products, about 2
-sqrt(N) lists: 4-bit codes of each 4 dimensions, scanned with SIMD, a
-sixteenth of the float32 features' size plus the lists' ids) and
-``index.json``, the shards it covers in order, their digests and the
-model.
+index over inner products, about 2 sqrt(N) lists (``--nlist``), of
+8-bit scalar codes (faiss ``IVF<n>,SQ8``: a quarter of the float32
+features' size) or, with ``--codes=pq4``, of 4-bit product codes
+scanned with SIMD (``IVF<n>,PQ<d/2>x4fs``: a sixteenth, faster, but coarse
+where a model's features lie close together); and ``index.json``, the
+shards it covers in order, their digests and the model.
 
 ``query`` opens the index with faiss's memory-map flag (which parts stay
 on disk depends on the index type) and, for each query (image files encoded with
@@ -181,11 +182,20 @@ def _unit(features):
 
 # Build ----------------------------------------------------------------------
 
-def codes(dim):
-    """How the index stores a feature: product-quantised codes of 4 bits
-    per 4 dimensions, scanned with SIMD (faiss's fast-scan; 16 bytes for
-    128-d), where the dimension divides by 4, else 8-bit scalar codes."""
-    return f"PQ{dim // 4}x4fs" if dim % 4 == 0 else "SQ8"
+# how the index stores a feature: sq8, a byte per dimension (a quarter of
+# float32); pq4, product-quantised codes of 4 bits per 2 dimensions
+# scanned with SIMD (faiss's fast-scan: a sixteenth, several times
+# faster, but coarse where a model's features lie close together)
+CODES = ("sq8", "pq4")
+
+
+def codes(dim, kind="sq8"):
+    """faiss's name of the ``kind`` of codes for ``dim`` dimensions (pq4
+    needs an even dimension; an odd one gets sq8)."""
+    if kind not in CODES:
+        raise ArgumentError("codes", kind, f"expected one of "
+                            f"{', '.join(CODES)}")
+    return f"PQ{dim // 2}x4fs" if kind == "pq4" and dim % 2 == 0 else "SQ8"
 
 
 def number_of_lists(count):
@@ -213,10 +223,11 @@ def _earlier_index(index_dir):
                            INDEX_REPORT)
 
 
-def build(features, index_dir, nlist=None, seed=0, log=print):
+def build(features, index_dir, nlist=None, kind="sq8", seed=0, log=print):
     """Build the index of the shards ``features`` names into ``index_dir``;
     returns what ``index.json`` records."""
     faiss = require_faiss()
+    codes(2, kind)  # checked before the work
     _earlier_index(index_dir)
     paths, model = find_shards(features)
     counts, dim = [], None
@@ -232,7 +243,7 @@ def build(features, index_dir, nlist=None, seed=0, log=print):
                          max(1, count // MIN_TRAIN_PER_LIST))
     nlist = min(nlist, count)
     start = time.time()
-    factory = f"IVF{nlist},{codes(dim)}"
+    factory = f"IVF{nlist},{codes(dim, kind)}"
     index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     # the coarse quantiser and the scalar quantiser's ranges from a sample
     rng = np.random.default_rng(seed)
@@ -439,7 +450,10 @@ def _parser():
     b.add_argument("--index", required=True, help="a new or empty folder "
                    "(or an earlier index, replaced)")
     b.add_argument("--nlist", type=int, default=None, help="inverted lists "
-                   "(default: about 4 sqrt(N))")
+                   "(default: about 2 sqrt(N))")
+    b.add_argument("--codes", default="sq8", choices=CODES, help="sq8: a "
+                   "byte per dimension; pq4: 4 bits per 2 dimensions, "
+                   "faster to scan, coarser")
     q = commands.add_parser("query", help="rank the index's gallery for "
                             "query images or features")
     q.add_argument("--index", required=True)
@@ -470,7 +484,7 @@ def run(args):
     if args.command == "build":
         if args.nlist is not None:
             _positive("nlist", args.nlist)
-        report = build(args.features, args.index, args.nlist)
+        report = build(args.features, args.index, args.nlist, args.codes)
         print(f"indexed {report['count']} features of dimension "
               f"{report['feature_dim']} from {len(report['shards'])} "
               f"shard(s) in {report['build_seconds']:.1f} s: "
@@ -515,7 +529,8 @@ def main(argv=None):
                   "query": "--query_features", "model": "--model",
                   "output": "--output", "top_k": "--top_k",
                   "candidates": "--candidates", "nprobe": "--nprobe",
-                  "nlist": "--nlist", "pattern": "--images",
+                  "nlist": "--nlist", "codes": "--codes",
+                  "pattern": "--images",
                   "path": "--model"}
     return report_errors([sys.argv[0]], lambda: run(args), flag_names)
 

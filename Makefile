@@ -97,7 +97,8 @@ demo: install
 	done
 	@echo
 	@echo "Without annotations: the scene's motion-only tracklets as identities, the"
-	@echo "trained model fine-tuned on them, its gate calibrated before and after:"
+	@echo "trained model fine-tuned on them, checked on held-out frames, its gate"
+	@echo "calibrated before and after:"
 	$(PY) -m cosine_metric_learning.adapt --model=$(DEMO_DIR)/output/$(DEMO_LOSS) \
 		--sequences=$(DEMO_DIR)/MOT-synthetic --output_dir=$(DEMO_DIR)/adapted \
 		--number_of_steps=200 --batch_size=32
@@ -111,7 +112,7 @@ demo: install
 	@echo "int8 (ONNX, OpenVINO): $(DEMO_DIR)/market1501_int8.onnx, $(DEMO_DIR)/market1501_int8.xml"
 	@echo "Tracking:           $(DEMO_DIR)/tracking/summary.json"
 	@echo "Own cameras:        $(DEMO_DIR)/own_people (manifest.json)"
-	@echo "Adapted, unlabeled: $(DEMO_DIR)/adapted (adapt.json, adapted.pb)"
+	@echo "Adapted, unlabeled: $(DEMO_DIR)/adapted (adapt.json, adapted.pb: the kept model)"
 	@echo "TensorBoard:        $(VENV)/bin/tensorboard --logdir_spec train:$(DEMO_DIR)/output,eval:$(DEMO_DIR)/eval"
 	@echo "In Deep SORT:       python tools/generate_detections.py --model=$(abspath $(DEMO_DIR))/market1501.pb --mot_dir=./MOT16/train --output_dir=./resources/detections/MOT16_train"
 

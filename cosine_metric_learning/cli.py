@@ -201,7 +201,7 @@ def _test(dataset, config, image_shape):
         batch_size=config.batch_size, flip_test=config.flip_test,
         output_json=config.output_json, rank_image=config.rank_image,
         backend=config.backend, rerank_parameters=config.rerank_parameters,
-        image_shape=image_shape)
+        image_shape=image_shape, ann=config.ann)
     return 0
 
 

@@ -7,6 +7,8 @@ cosine distance and scored with CMC and mAP (``metrics.py``);
 """
 
 import json
+import os
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -23,6 +25,8 @@ from cosine_metric_learning.errors import first_line
 # the numbers reported after re-ranking, under "rerank"
 RERANK_KEYS = tuple(f"rank-{k}" for k in metrics.RANKS) + (
     "mAP", "mAP_noninterpolated", "mINP")
+# --ann: the gallery entries an index ranks for each query
+ANN_DEPTH = 100
 
 # an existing --output_json is replaced only if it is one of these
 RESULTS_JSON = files.json_kind(
@@ -58,11 +62,12 @@ def _and_more(count):
     return f" and {count - 1} more" if count > 1 else ""
 
 
-def evaluate_split(split, features, rerank_parameters=None):
+def evaluate_split(split, features, rerank_parameters=None, ann=None):
     """Standard-protocol metrics and the distance matrix of a test split,
-    with the tracker's gate (:func:`tracker_gate`) and, given
-    ``(k1, k2, lambda)``, the numbers after k-reciprocal re-ranking under
-    ``rerank``."""
+    with the tracker's gate (:func:`tracker_gate`), given ``(k1, k2,
+    lambda)`` the numbers after k-reciprocal re-ranking under ``rerank``,
+    and given ``ann`` (the codes of :func:`search.build`) the numbers of
+    an index's ranking under ``ann`` (:func:`ann_ranking`)."""
     # in double precision, as the kits compute
     features = np.asarray(features, np.float64)
     query = features_lib.pool_groups(features, split.query_groups)
@@ -78,7 +83,41 @@ def evaluate_split(split, features, rerank_parameters=None):
             query, gallery, k1, k2, lambda_value), **labels)
         result["rerank"] = {key: reranked[key] for key in RERANK_KEYS}
         result["rerank"].update(k1=k1, k2=k2, **{"lambda": lambda_value})
+    if ann is not None:
+        result["ann"] = ann_ranking(query, gallery, distances, labels, ann)
     return result, distances
+
+
+def ann_ranking(query, gallery, distances, labels, codes):
+    """The protocol's numbers when an index of the gallery ranks it: its
+    top :data:`ANN_DEPTH` for each query (exact distances; the rest
+    ranked after them), and the share of exact ranking's top 1 and 10
+    that its top 1 and 10 hold."""
+    from cosine_metric_learning import search
+    depth = min(ANN_DEPTH, len(gallery))
+    with tempfile.TemporaryDirectory() as tmp:
+        shards = os.path.join(tmp, "features")
+        os.makedirs(shards)
+        path = os.path.join(shards, "gallery.npy")
+        np.save(path, np.asarray(gallery, np.float32))
+        with open(search.names_path(path), "w") as f:
+            f.write("".join(f"{i}\n" for i in range(len(gallery))))
+        report = search.build(shards, os.path.join(tmp, "index"),
+                              kind=codes, log=lambda _: None)
+        found, ids = search.Index(os.path.join(tmp, "index")).search(
+            np.asarray(query, np.float32), top_k=depth,
+            candidates=max(search.DEFAULTS["candidates"], depth))
+    ranked = np.full(distances.shape, np.inf)
+    rows = np.repeat(np.arange(len(query)), depth).reshape(ids.shape)
+    hit = ids >= 0
+    ranked[rows[hit], ids[hit]] = distances[rows[hit], ids[hit]]
+    numbers = metrics.evaluate_ranking(ranked, **labels)
+    exact = np.argsort(distances, axis=1, kind="stable")
+    result = {key: numbers[key] for key in RERANK_KEYS}
+    for k in (1, 10):
+        result[f"recall@{k}"] = search.recall_at(ids[:, :k], exact[:, :k])
+    result.update(codes=codes, factory=report["factory"], depth=depth)
+    return result
 
 
 def tracker_gate(cosine, query_ids, gallery_ids):
@@ -97,10 +136,16 @@ def tracker_gate(cosine, query_ids, gallery_ids):
 
 def run_test(dataset, restore_path, dataset_dir, batch_size=128,
              flip_test=False, output_json=None, rank_image=None,
-             backend="auto", rerank_parameters=None, image_shape=None):
+             backend="auto", rerank_parameters=None, image_shape=None,
+             ann=None):
     """``--mode=test``: print and return rank-k CMC and mAP of a checkpoint
     or an exported model; with ``rerank_parameters`` ``(k1, k2, lambda)``
-    also after k-reciprocal re-ranking."""
+    also after k-reciprocal re-ranking; with ``ann`` (codes) also as an
+    approximate-nearest-neighbour index ranks the gallery."""
+    if ann is not None:  # before the work
+        from cosine_metric_learning import search
+        search.require_faiss()
+        search.codes(2, ann)
     if rerank_parameters is not None:
         problem = rerank.check(*rerank_parameters)
         if problem:
@@ -122,7 +167,8 @@ def run_test(dataset, restore_path, dataset_dir, batch_size=128,
                                           batch_size, flip_test,
                                           split=split, backend=backend,
                                           image_shape=image_shape)
-    result, distances = evaluate_split(split, features, rerank_parameters)
+    result, distances = evaluate_split(split, features, rerank_parameters,
+                                       ann)
     summary = {k: v for k, v in result.items() if k != "cmc"}
     summary.update(dataset=dataset.name, checkpoint=path,
                    flip_test=flip_test)
@@ -152,11 +198,19 @@ def format_table(summary):
         lines[0] += (f"; re-ranked: k-reciprocal, k1={rerank_numbers['k1']}, "
                      f"k2={rerank_numbers['k2']}, "
                      f"lambda={rerank_numbers['lambda']}")
+    ann = summary.get("ann")
+    if ann:
+        header += f" {'index':>8s}"
+        lines[0] += (f"; index: {ann['factory']}, its top {ann['depth']} "
+                     "ranked, recall of exact ranking's top 1 "
+                     f"{ann['recall@1']:.3f}, top 10 {ann['recall@10']:.3f}")
     lines += [header, "-" * len(header)]
     for name, key in rows:
         line = f"{name:24s} {100 * summary[key]:6.2f}%"
         if rerank_numbers:
             line += f" {100 * rerank_numbers[key]:9.2f}%"
+        if ann:
+            line += f" {100 * ann[key]:7.2f}%"
         lines.append(line)
     lines += [
         "", f"Deep SORT gate: --max_cosine_distance="

@@ -341,6 +341,12 @@ class TestConfig(BackendConfig, Config):
     rerank_lambda: float = setting(
         rerank_lib.LAMBDA, "test --rerank: the weight of the original "
         "distance beside the Jaccard distance.")
+    ann: Optional[str] = setting(
+        None, "test: also rank with an approximate-nearest-neighbour index "
+        "of the gallery (faiss, the search extra; sq8 or pq4 codes, as "
+        "search build makes it): its numbers beside the exact ones, and "
+        "the recall of its top 1 and 10 against exact ranking.",
+        _optional(_one_of(("sq8", "pq4")), "for exact ranking alone"))
 
     @property
     def rerank_parameters(self):

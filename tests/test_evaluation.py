@@ -234,6 +234,30 @@ def test_market1501_test_mode_equals_a_reference_loop(
     assert written["rerank"]["mAP"] != pytest.approx(written["mAP"])
 
 
+def test_test_mode_ranks_with_an_index_as_the_exact_distances(
+        market_dir, spread_checkpoint):
+    pytest.importorskip("faiss")
+    split, features, _ = protocol.test_features(MARKET, spread_checkpoint,
+                                                  market_dir, 64)
+    exact, distances = protocol.evaluate_split(split, features)
+    result, _ = protocol.evaluate_split(split, features, ann="sq8")
+    ann = result["ann"]
+    # every list probed on a gallery this small, each candidate re-ranked
+    # by its exact distance: the exact ranking, as deep as the index goes
+    assert ann["recall@1"] == ann["recall@10"] == 1.0
+    assert ann["depth"] == min(protocol.ANN_DEPTH, distances.shape[1])
+    for key in ("rank-1", "rank-5", "rank-10"):
+        assert ann[key] == pytest.approx(exact[key], abs=1e-12), key
+    # the index's top entries are the exact ones, the rest ranked after
+    if ann["depth"] == distances.shape[1]:
+        assert ann["mAP"] == pytest.approx(exact["mAP"], abs=1e-12)
+    else:
+        assert ann["mAP"] <= exact["mAP"] + 1e-12
+    assert "index" in protocol.format_table({
+        **exact, "ann": ann, "dataset": "market1501",
+        "flip_test": False})
+
+
 def test_mars_test_mode_pools_tracklets_and_equals_a_reference_loop(
         mars_dir, spread_checkpoint):
     summary = protocol.run_test(MARS, spread_checkpoint, mars_dir, batch_size=64)

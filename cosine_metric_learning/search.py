@@ -298,6 +298,7 @@ class Index:
                                 "build)")
         with open(path) as f:
             self.report = json.load(f)
+        self.path = os.path.abspath(index_dir)
         self.dim = self.report["feature_dim"]
         self.model = self.report["model"]
         self.index = faiss.read_index(
@@ -381,14 +382,6 @@ class Index:
         return distances, ids
 
 
-def exact_search(gallery, queries, top_k):
-    """Exact top-k cosine distances by brute force (the reference)."""
-    gallery, queries = _unit(gallery), _unit(queries)
-    distances = 1.0 - queries @ gallery.T
-    ids = np.argsort(distances, axis=1, kind="stable")[:, :top_k]
-    return np.take_along_axis(distances, ids, axis=1), ids
-
-
 def recall_at(found, exact):
     """The share of each exact top-k found among ``found`` (row-wise sets),
     averaged over the queries."""
@@ -420,9 +413,8 @@ def write_ranking(output, index, query_names, distances, ids):
             for n, d in zip(index.names(i[i >= 0]), dist[i >= 0])]}
             for name, dist, i in zip(query_names, distances, ids)]
         return files.write_atomically(output, lambda f: json.dump(
-            {"index": index.report["shards"][0]["path"] and
-             os.path.dirname(index.report["shards"][0]["path"]),
-             "queries": queries}, f, indent=1), RANKING_JSON)
+            {"index": index.path, "queries": queries}, f, indent=1),
+            RANKING_JSON)
     return files.write_atomically(output, lambda f: f.write("".join(
         " ".join(index.names(i[i >= 0])) + "\n" for i in ids)), RANKING_TXT)
 

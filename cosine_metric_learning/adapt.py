@@ -234,6 +234,8 @@ def ranking_score(same, different, same_weights=None,
     same-frame pair (the area under the ROC curve of the distance as a
     test of "different people"), each pair weighted; ties count half."""
     same, different = np.asarray(same, float), np.asarray(different, float)
+    if not len(same) or not len(different):
+        return None
     ws = np.ones(len(same)) if same_weights is None else same_weights
     wd = np.ones(len(different)) if different_weights is None \
         else different_weights
@@ -322,10 +324,13 @@ def _held_out(paths, parts, rows_of, cache, cut):
         same_piece.append(pieces_same + offset)
         different_pieces.append(pieces_different + offset)
         offset += len(pieces)
-    before, after = ((np.concatenate(same[p]), np.concatenate(different[p]))
+    def joined(parts, shape, dtype=float):  # no held-out part: empty
+        return np.concatenate(parts) if parts else np.zeros(shape, dtype)
+
+    before, after = ((joined(same[p], (0,)), joined(different[p], (0,)))
                      for p in paths)
-    check = held_out_check(before, after, np.concatenate(same_piece),
-                           np.concatenate(different_pieces), offset)
+    check = held_out_check(before, after, joined(same_piece, (0,), int),
+                           joined(different_pieces, (0, 2), int), offset)
     check.update(tracklets=offset, same_pairs=int(len(before[0])),
                  different_pairs=int(len(before[1])))
     return check

@@ -483,3 +483,10 @@ def test_held_out_ranking_and_verdict_against_hand_counts():
     few = adapt.held_out_check(before, worse, same_piece % 2,
                                different_pieces % 2, 2)
     assert few["verdict"] == "unchecked" and "2 tracklets" in few["why"]
+    # nothing held out (an end of the video without detections)
+    empty = (np.zeros(0), np.zeros(0))
+    assert adapt.ranking_score([0.1], []) is None
+    nothing = adapt.held_out_check(empty, empty, np.zeros(0, int),
+                                   np.zeros((0, 2), int), 0)
+    assert nothing["verdict"] == "unchecked" and "0 tracklets" in \
+        nothing["why"]

@@ -59,11 +59,11 @@ def synthetic_gallery(count, dim, per_identity, spread, seed):
 def write_shards(folder, features, shard_size):
     os.makedirs(folder)
     for number, begin in enumerate(range(0, len(features), shard_size)):
-        path = os.path.join(folder, f"shard-{number:05d}.npy")
-        np.save(path, features[begin:begin + shard_size])
-        with open(search.names_path(path), "w") as f:
-            f.write("".join(f"{i}.jpg\n" for i in range(
-                begin, min(begin + shard_size, len(features)))))
+        search.write_shard(
+            os.path.join(folder, f"shard-{number:05d}.npy"),
+            features[begin:begin + shard_size],
+            (f"{i}.jpg" for i in range(begin, min(begin + shard_size,
+                                                  len(features)))))
 
 
 def compare(gallery, queries, folder, args, exclude_self=False):

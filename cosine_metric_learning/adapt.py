@@ -53,7 +53,6 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     _errors.quiet_ctrl_c_while_starting()
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -63,7 +62,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from cosine_metric_learning import checkpoints, cli, files, mot_sequences
-from cosine_metric_learning import settings, tracking
+from cosine_metric_learning import search, settings, tracking
 from cosine_metric_learning import track
 from cosine_metric_learning.datasets import image_folder, tracklets
 from cosine_metric_learning.datasets.spec import DatasetSpec
@@ -120,13 +119,7 @@ REPORT = files.json_kind({"model", "checkpoint", "sequences", "settings",
 
 def _digest(path):
     """The SHA-256 of a file's bytes, or None where it does not exist."""
-    if not os.path.isfile(path):
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return search.digest(path) if os.path.isfile(path) else None
 
 
 def _inputs(model, prefix, sequences, settings):

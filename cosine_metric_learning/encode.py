@@ -82,14 +82,10 @@ FEATURES_MAT = files.mat_kind({"features", "filenames"},
                               "holding 'features' and 'filenames')")
 
 
-def _names_path(npy_path):
-    return os.path.splitext(npy_path)[0] + ".filenames.txt"
-
-
 def _rows_and_lines(npy_path):
     """``(rows of the .npy, lines of its file-name list)``; OSError or
     ValueError where either is missing or unreadable."""
-    with open(_names_path(npy_path)) as f:
+    with open(files.names_path(npy_path)) as f:
         lines = len(f.read().splitlines())
     return len(np.load(npy_path, mmap_mode="r")), lines
 
@@ -116,7 +112,7 @@ def _outputs(output):
     extension = os.path.splitext(output)[1]
     if extension == ".npy":
         return [(output, FEATURES_NPY),
-                (_names_path(output), _names_kind(output))]
+                (files.names_path(output), _names_kind(output))]
     if extension == ".mat":
         return [(output, FEATURES_MAT)]
     raise ArgumentError("output", output, "expected a .npy or .mat file name")

@@ -142,7 +142,7 @@ def encode_shard(model, batch_size, paths, npy_path):
             kept += batch
     values = (np.concatenate(features).astype(np.float32) if features else
               np.zeros((0, encoder.feature_dim), np.float32))
-    names = search.names_path(npy_path)
+    names = files.names_path(npy_path)
     # the names first, the features last: the shard counts as finished
     # only once the driver records it, so a half-written one is redone
     for path, write in ((names, lambda f: f.write(

@@ -83,6 +83,12 @@ def _is_own_png(path):
 PNG = Kind("a PNG picture drawn by cosine_metric_learning", _is_own_png)
 
 
+def names_path(npy_path):
+    """The file-name list beside a feature file: ``<stem>.filenames.txt``
+    (``encode``'s layout, and the shards' of ``encode_shards``)."""
+    return os.path.splitext(npy_path)[0] + ".filenames.txt"
+
+
 def check_writable(directory, path):
     """Raise a UsageError naming ``path`` unless ``directory`` takes files."""
     if not os.path.isdir(directory):

@@ -98,10 +98,9 @@ def ann_ranking(query, gallery, distances, labels, codes):
     with tempfile.TemporaryDirectory() as tmp:
         shards = os.path.join(tmp, "features")
         os.makedirs(shards)
-        path = os.path.join(shards, "gallery.npy")
-        np.save(path, np.asarray(gallery, np.float32))
-        with open(search.names_path(path), "w") as f:
-            f.write("".join(f"{i}\n" for i in range(len(gallery))))
+        search.write_shard(os.path.join(shards, "gallery.npy"),
+                           np.asarray(gallery, np.float32),
+                           range(len(gallery)))
         report = search.build(shards, os.path.join(tmp, "index"),
                               kind=codes, log=lambda _: None)
         found, ids = search.Index(os.path.join(tmp, "index")).search(

@@ -93,13 +93,15 @@ def digest(path):
 
 # Shards ---------------------------------------------------------------------
 
-def names_path(npy_path):
-    """The file-name list beside a feature file."""
-    return os.path.splitext(npy_path)[0] + NAMES_SUFFIX
+def write_shard(npy_path, features, names):
+    """A feature file and its file-name list, as ``encode`` writes them."""
+    np.save(npy_path, features)
+    with open(files.names_path(npy_path), "w") as f:
+        f.write("".join(f"{name}\n" for name in names))
 
 
 def read_names(npy_path):
-    with open(names_path(npy_path)) as f:
+    with open(files.names_path(npy_path)) as f:
         return f.read().splitlines()
 
 
@@ -160,13 +162,13 @@ def check_shard(path, dim=None):
         raise ArgumentError("features", path, "expected a 2-D float array "
                             f"of features, found {features.dtype} of shape "
                             f"{features.shape}")
-    if not os.path.isfile(names_path(path)):
+    if not os.path.isfile(files.names_path(path)):
         raise ArgumentError("features", path, "no file-name list "
-                            f"{names_path(path)} beside it")
+                            f"{files.names_path(path)} beside it")
     lines = len(read_names(path))
     if lines != len(features):
         raise ArgumentError("features", path, f"{len(features)} rows but "
-                            f"{lines} file names in {names_path(path)}")
+                            f"{lines} file names in {files.names_path(path)}")
     if dim is not None and features.shape[1] != dim:
         raise ArgumentError("features", path, f"features of dimension "
                             f"{features.shape[1]}; the other shards' are "

@@ -27,9 +27,8 @@ def _identity_features(rng, count, dim=32, people=400, spread=0.6):
 
 
 def _write_shard(path, features, names):
-    np.save(path, features)
-    with open(os.path.splitext(path)[0] + ".filenames.txt", "w") as f:
-        f.write("".join(n + "\n" for n in names))
+    from cosine_metric_learning import search
+    search.write_shard(path, features, names)
 
 
 @pytest.fixture(scope="module")

@@ -118,11 +118,12 @@ def compare(gallery, queries, folder, args, exclude_self=False):
 def encoding(args, folder):
     """Single-process ``encode`` against ``encode_shards`` on the same
     files: their throughput and how far apart their features are."""
-    from cosine_metric_learning import encode, encode_shards
+    from cosine_metric_learning import encode_shards
+    from cosine_metric_learning import features as features_lib
     from cosine_metric_learning import encoder as encoder_lib
     paths = encode_shards.list_files(args.images)
     start = time.perf_counter()
-    single = encode.encode_files(encoder_lib.load(args.model), paths)
+    single = features_lib.encode_files(encoder_lib.load(args.model), paths)
     single_seconds = time.perf_counter() - start
     out = os.path.join(folder, "shards")
     start = time.perf_counter()

@@ -18,63 +18,18 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     from cosine_metric_learning import errors as _errors
     _errors.quiet_ctrl_c_while_starting()
 
-import glob
 import os
-import time
 
 import numpy as np
 import scipy.io
-import tensorflow as tf
-from absl import app, flags, logging
+from absl import app, flags
 
 from cosine_metric_learning import cli
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import files, preprocessing, settings
-from cosine_metric_learning.errors import ArgumentError, UsageError
-from cosine_metric_learning.errors import first_line
+from cosine_metric_learning import features as features_lib
+from cosine_metric_learning import files, settings
+from cosine_metric_learning.errors import ArgumentError
 from cosine_metric_learning.errors import parse_flags, report_errors
-
-def list_images(pattern):
-    """Sorted image files of a folder or a glob pattern."""
-    if os.path.isdir(pattern):
-        paths = [os.path.join(pattern, n) for n in os.listdir(pattern)
-                 if n.lower().endswith(preprocessing.IMAGE_EXTENSIONS)]
-    else:
-        paths = [f for f in glob.glob(pattern) if os.path.isfile(f)]
-    if not paths:
-        raise ArgumentError("pattern", pattern, "no image files found "
-                            "(expected a folder or a glob of "
-                            f"{'/'.join(preprocessing.IMAGE_EXTENSIONS)} "
-                            "files)")
-    return sorted(paths)
-
-
-def _read_patches(paths, shape):
-    """Image files as uint8 BGR patches of ``shape``, read as the training
-    pipeline reads them; UsageError naming the first unreadable one."""
-    try:
-        return preprocessing.read_patches(paths, shape)
-    except (tf.errors.OpError, ValueError) as e:
-        bad = preprocessing.unreadable_files(paths, shape)
-        if not bad:
-            raise
-        index, error = next(iter(bad.items()))
-        raise UsageError(f"cannot read image '{paths[index]}': "
-                         f"{first_line(error)}") from e
-
-
-def encode_files(encoder, paths, batch_size=32, progress_every_secs=5.0):
-    """Features of image files, with a progress line now and then."""
-    features, start, last = [], time.time(), 0.0
-    for i in range(0, len(paths), batch_size):
-        batch = _read_patches(paths[i:i + batch_size], encoder.image_shape)
-        features.append(encoder(batch))
-        done = min(i + batch_size, len(paths))
-        if time.time() - last >= progress_every_secs or done == len(paths):
-            last = time.time()
-            logging.info("encoded %d/%d images (%.1f images/s)", done,
-                         len(paths), done / max(last - start, 1e-9))
-    return np.concatenate(features)
 
 
 FEATURES_MAT = files.mat_kind({"features", "filenames"},
@@ -143,10 +98,10 @@ def main(argv):
     def run():
         config = cli.config_from_flags(settings.EncodeConfig)
         check_output(config.output)
-        paths = list_images(config.images)
+        paths = features_lib.list_images(config.images)
         encoder = encoder_lib.load(config.model, config.batch_size,
                                    config.shape, config.backend)
-        features = encode_files(encoder, paths, config.batch_size)
+        features = features_lib.encode_files(encoder, paths, config.batch_size)
         for path in write_features(config.output, features, paths):
             print(f"wrote {path}")
         return 0

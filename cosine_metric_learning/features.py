@@ -1,11 +1,18 @@
 """Features of image files: with a restored Keras encoder in one graph
 for the evaluator, and with any loaded :class:`encoder.Encoder` for the
-test protocol and the kits' feature files."""
+test protocol, the kits' feature files, ``encode`` and ``search``."""
+
+import glob
+import os
+import time
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from cosine_metric_learning import preprocessing, sampling
+from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.errors import first_line
 
 
 def make_encode_fn(encoder, image_shape, batch_size, flip_test=False):
@@ -64,3 +71,46 @@ def pool_groups(features, groups):
     pooled = np.stack([features[g].mean(axis=0) for g in groups])
     norms = np.linalg.norm(pooled, axis=1, keepdims=True)
     return pooled / np.maximum(norms, 1e-12)
+
+
+def list_images(pattern):
+    """Sorted image files of a folder or a glob pattern."""
+    if os.path.isdir(pattern):
+        paths = [os.path.join(pattern, n) for n in os.listdir(pattern)
+                 if n.lower().endswith(preprocessing.IMAGE_EXTENSIONS)]
+    else:
+        paths = [f for f in glob.glob(pattern) if os.path.isfile(f)]
+    if not paths:
+        raise ArgumentError("pattern", pattern, "no image files found "
+                            "(expected a folder or a glob of "
+                            f"{'/'.join(preprocessing.IMAGE_EXTENSIONS)} "
+                            "files)")
+    return sorted(paths)
+
+
+def _read_patches(paths, shape):
+    """Image files as uint8 BGR patches of ``shape``, read as the training
+    pipeline reads them; UsageError naming the first unreadable one."""
+    try:
+        return preprocessing.read_patches(paths, shape)
+    except (tf.errors.OpError, ValueError) as e:
+        bad = preprocessing.unreadable_files(paths, shape)
+        if not bad:
+            raise
+        index, error = next(iter(bad.items()))
+        raise UsageError(f"cannot read image '{paths[index]}': "
+                         f"{first_line(error)}") from e
+
+
+def encode_files(encoder, paths, batch_size=32, progress_every_secs=5.0):
+    """Features of image files, with a progress line now and then."""
+    features, start, last = [], time.time(), 0.0
+    for i in range(0, len(paths), batch_size):
+        batch = _read_patches(paths[i:i + batch_size], encoder.image_shape)
+        features.append(encoder(batch))
+        done = min(i + batch_size, len(paths))
+        if time.time() - last >= progress_every_secs or done == len(paths):
+            last = time.time()
+            logging.info("encoded %d/%d images (%.1f images/s)", done,
+                         len(paths), done / max(last - start, 1e-9))
+    return np.concatenate(features)

@@ -495,14 +495,14 @@ def run(args):
         if args.model is None:
             raise ArgumentError("model", None, "--images needs the --model "
                                 "that encoded the gallery")
-        from cosine_metric_learning import encode
         from cosine_metric_learning import encoder as encoder_lib
+        from cosine_metric_learning import features as features_lib
         identity = model_identity(args.model)
         if index.model is not None:  # before the encoding
             index.check_query(np.zeros((0, index.dim), np.float32), identity)
-        names = encode.list_images(args.images)
+        names = features_lib.list_images(args.images)
         encoder = encoder_lib.load(args.model)
-        queries = encode.encode_files(encoder, names)
+        queries = features_lib.encode_files(encoder, names)
         index.check_query(queries, identity)
     else:
         check_shard(args.query_features)

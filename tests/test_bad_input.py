@@ -15,7 +15,7 @@ import tensorflow as tf
 from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import checkpoints, cli, deploy, encode
+from cosine_metric_learning import checkpoints, cli, deploy, encode, features
 from cosine_metric_learning import evaluator, export
 from cosine_metric_learning import files, protocol, settings, training
 from cosine_metric_learning.errors import UsageError
@@ -556,7 +556,7 @@ def test_the_library_names_its_arguments_and_the_command_its_flags(
     # no image there: checked first, and named by its flag
     one_error_line(result, f"--images={tmp_path}: no image files found")
     with pytest.raises(UsageError, match=r"^pattern='.*': no image files"):
-        encode.list_images(str(tmp_path))
+        features.list_images(str(tmp_path))
     with pytest.raises(UsageError, match=r"^output='f.txt': expected a "
                        r"\.npy or \.mat"):
         encode.check_output("f.txt")

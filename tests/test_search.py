@@ -151,7 +151,8 @@ def test_shards_stop_go_on_and_equal_encode(trained, images, tmp_path):
     """Ctrl-C in the middle, a rerun that skips the finished shards, the
     corrupt file listed, and features equal to single-process encode's."""
     pytest.importorskip("distributed")
-    from cosine_metric_learning import encode, encode_shards
+    from cosine_metric_learning import encode_shards
+    from cosine_metric_learning import features as features_lib
     from cosine_metric_learning import encoder as encoder_lib
     from cosine_metric_learning.errors import UsageError
     path, _ = trained
@@ -195,7 +196,7 @@ def test_shards_stop_go_on_and_equal_encode(trained, images, tmp_path):
     assert names == sorted(str(p) for p in images.glob("*/*.jpg")
                            if p.name != "zz_corrupt.jpg")
     # single-process encode of the same files, in this process
-    expected = encode.encode_files(encoder_lib.load(path), names)
+    expected = features_lib.encode_files(encoder_lib.load(path), names)
     cosine = np.sum(features * expected, axis=1) / (
         np.linalg.norm(features, axis=1) * np.linalg.norm(expected, axis=1))
     assert cosine.min() >= 0.9999, cosine.min()

@@ -1,9 +1,15 @@
 """Shared fixtures: small synthetic datasets written once per session."""
 
+import atexit
+import json
 import logging
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -50,11 +56,97 @@ def mars_dir(tmp_path_factory):
                                 frames_per_tracklet=(3, 5), seed=3)
 
 
+class _ForkServer:
+    """The client of ``tests.helpers.forkserver``: one per test process,
+    started on first use; it starts the project's programs with TensorFlow
+    already imported (about 5 s of CPU less per command)."""
+
+    def __init__(self):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.helpers.forkserver"], cwd=ROOT,
+            env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        self.answers, self.next_id, self.ended = {}, 0, False
+        self.changed = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            answer = json.loads(line)
+            with self.changed:
+                self.answers.setdefault(answer["id"], {}).update(answer)
+                self.changed.notify_all()
+        with self.changed:
+            self.ended = True
+            self.changed.notify_all()
+
+    def run(self, command, cwd, timeout):
+        """As ``subprocess.run(command, capture_output=True, text=True,
+        timeout=timeout)`` does."""
+        with tempfile.TemporaryDirectory() as tmp:
+            output = [os.path.join(tmp, name) for name in ("out", "err")]
+            with self.changed:
+                number, self.next_id = self.next_id, self.next_id + 1
+                self.process.stdin.write(json.dumps({
+                    "id": number, "argv": command[1:], "cwd": cwd,
+                    "env": ENV, "stdout": output[0],
+                    "stderr": output[1]}) + "\n")
+                self.process.stdin.flush()
+                deadline, killed = time.monotonic() + timeout, False
+                while "status" not in self.answers.get(number, {}):
+                    if self.ended:
+                        raise RuntimeError("the fork server ended")
+                    pid = self.answers.get(number, {}).get("pid")
+                    if time.monotonic() > deadline and pid and not killed:
+                        os.kill(pid, signal.SIGKILL)
+                        killed = True
+                    self.changed.wait(1.0)
+                status = self.answers.pop(number)["status"]
+            stdout, stderr = (open(path).read() if os.path.exists(path)
+                              else "" for path in output)
+        if killed:
+            raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
+        return subprocess.CompletedProcess(command, status, stdout, stderr)
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+_fork_server = []
+
+
+def _forkable(command, env, kwargs):
+    """Whether ``command`` is one of the project's programs, run as it
+    would be in a fresh interpreter: this Python on a script of the
+    repository or a module of the project, the tests' environment
+    unchanged."""
+    if env or set(kwargs) - {"cwd"} or os.environ.get("TESTS_FORK") == "0":
+        return False
+    if len(command) < 2 or command[0] != sys.executable:
+        return False
+    if command[1] == "-m":
+        return len(command) > 2 and command[2].startswith(
+            ("cosine_metric_learning", "tests."))
+    return command[1].endswith(".py") and os.path.abspath(
+        os.path.join(kwargs.get("cwd", ROOT), command[1])).startswith(ROOT)
+
+
 def run(command, timeout=300, env=None, **kwargs):
     """Run a command (a list) in a real subprocess, its output captured as
     text; ``cwd`` defaults to the repository, ``env`` adds variables to the
-    quiet CPU environment."""
+    quiet CPU environment.
+
+    The project's own programs are forked from a process that has
+    TensorFlow imported (``tests.helpers.forkserver``; ``TESTS_FORK=0``
+    starts each in a fresh interpreter instead)."""
     kwargs.setdefault("cwd", ROOT)
+    if _forkable(command, env, kwargs):
+        if not _fork_server:
+            _fork_server.append(_ForkServer())
+            atexit.register(_fork_server[0].close)
+        return _fork_server[0].run(command, os.fspath(kwargs["cwd"]),
+                                   timeout)
     return subprocess.run(command, env=dict(ENV, **(env or {})),
                           capture_output=True, text=True, timeout=timeout,
                           **kwargs)

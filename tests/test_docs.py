@@ -13,12 +13,12 @@ import importlib.util
 import os
 import re
 import shlex
-import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import ENV, ROOT
+from tests import conftest
+from tests.conftest import ROOT
 
 DOCS = [os.path.join(ROOT, "README.md")] + sorted(
     glob.glob(os.path.join(ROOT, "docs", "*.md")))
@@ -111,8 +111,7 @@ def _defined_flags(entry):
     command = [sys.executable, *entry] if isinstance(entry, tuple) else [
         sys.executable, os.path.join(ROOT, entry)]
     def run(help_flag):
-        return subprocess.run(command + [help_flag], cwd=ROOT, env=ENV,
-                              capture_output=True, text=True, timeout=300)
+        return conftest.run(command + [help_flag], timeout=300)
 
     source = (importlib.util.find_spec(entry[1]).origin
               if isinstance(entry, tuple) else os.path.join(ROOT, entry))

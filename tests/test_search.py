@@ -148,8 +148,9 @@ def images(market_dir, tmp_path_factory):
 
 
 def test_shards_stop_go_on_and_equal_encode(trained, images, tmp_path):
-    """Ctrl-C in the middle, a rerun that skips the finished shards, the
-    corrupt file listed, and features equal to single-process encode's."""
+    """Ctrl-C in the middle, a rerun killed outright, a rerun that skips
+    the shards finished before both, the corrupt file listed, and features
+    equal to single-process encode's."""
     pytest.importorskip("distributed")
     from cosine_metric_learning import encode_shards
     from cosine_metric_learning import features as features_lib
@@ -179,16 +180,34 @@ def test_shards_stop_go_on_and_equal_encode(trained, images, tmp_path):
         assert process.returncode == 130, stderr[-2000:]
         assert "Traceback" not in stderr, stderr[-2000:]
     stamps = {n: os.stat(out / n).st_mtime_ns for n in first}
+    # a rerun killed outright (SIGKILL, its workers with it) once it has
+    # finished a shard more: what it finished stays finished
+    process = subprocess.Popen(command, cwd=ROOT, env=ENV,
+                               stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None and len(
+            json.loads(manifest.read_text())["finished"]) <= len(first):
+        time.sleep(0.1)
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it had finished them all
+        pass
+    process.wait(timeout=60)
+    second = json.loads(manifest.read_text())["finished"]
+    assert set(first) < set(second) or len(first) == 26
+    stamps.update({n: os.stat(out / n).st_mtime_ns for n in second})
     result = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert f"{len(first)} finished earlier" in result.stdout
+    assert f"{len(second)} finished earlier" in result.stdout
     final = json.loads(manifest.read_text())
     # 51 files in shards of 2; the corrupt one listed with its error
     assert len(final["finished"]) == 26 and final["rows"] == 50
     assert list(final["skipped"]) == [str(images / "b" / "zz_corrupt.jpg")]
-    # the shards finished before the stop were not written again
-    assert {n: os.stat(out / n).st_mtime_ns for n in first} == stamps
+    # the shards finished before the stops were not written again
+    assert {n: os.stat(out / n).st_mtime_ns for n in second} == stamps
     shards = [str(out / n) for n in sorted(final["finished"])]
     features = np.concatenate([np.load(s) for s in shards])
     names = sum((open(s[:-4] + ".filenames.txt").read().splitlines()

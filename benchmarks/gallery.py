@@ -112,7 +112,8 @@ def compare(gallery, queries, folder, args, exclude_self=False):
             "build_seconds": report["build_seconds"],
             "index_bytes": report["index_bytes"],
             "features_bytes": int(gallery.nbytes),
-            "factory": report["factory"]}
+            "factory": report["factory"],
+            "nprobe": args.nprobe or search.default_nprobe(report["nlist"])}
 
 
 def encoding(args, folder):
@@ -155,7 +156,9 @@ def main(argv=None):
     parser.add_argument("--candidates", type=int,
                         default=search.DEFAULTS["candidates"])
     parser.add_argument("--nprobe", type=int,
-                        default=search.DEFAULTS["nprobe"])
+                        default=search.DEFAULTS["nprobe"],
+                        help="lists searched per query (default: the "
+                        "index's, search.default_nprobe)")
     parser.add_argument("--shard_size", type=int, default=1_000_000)
     parser.add_argument("--codes", default="sq8", choices=search.CODES)
     parser.add_argument("--images", default=None)
@@ -188,7 +191,7 @@ def main(argv=None):
     print(f"{'gallery':>26s} {'recall@1':>9s} {'recall@10':>10s} "
           f"{'exact':>7s} {'index':>7s} {'ratio':>6s} {'exact 1':>8s} "
           f"{'index 1':>8s} {'ratio 1':>8s} {'build s':>8s} "
-          f"{'index MB':>9s} {'features MB':>12s}")
+          f"{'index MB':>9s} {'features MB':>12s} {'nprobe':>7s}")
     for kind, row in rows:
         print(f"{kind[-16:]:>16s} {row['gallery']:>9d} "
               f"{row['recall@1']:9.3f} {row['recall@10']:10.3f} "
@@ -199,10 +202,11 @@ def main(argv=None):
               f"{row['speed-up_one_at_a_time']:7.0f}x "
               f"{row['build_seconds']:8.1f} "
               f"{row['index_bytes'] / 1e6:9.1f} "
-              f"{row['features_bytes'] / 1e6:12.1f}")
+              f"{row['features_bytes'] / 1e6:12.1f} "
+              f"{row['nprobe']:>7d}")
     print(f"({rows[0][1]['factory'] if rows else ''}: --nprobe="
-          f"{args.nprobe} --candidates={args.candidates}; {args.queries} "
-          "queries)")
+          f"{args.nprobe or 'default'} --candidates={args.candidates}; "
+          f"{args.queries} queries)")
     if encoded:
         print(f"encoding {encoded['images']} images: encode "
               f"{encoded['single_images_per_s']:.1f} images/s in one "

@@ -23,7 +23,9 @@ shards it covers in order, their digests and the model.
 ``query`` opens the index with faiss's memory-map flag (which parts stay
 on disk depends on the index type) and, for each query (image files encoded with
 ``--model``, or a ``--query_features`` file), asks it for
-``--candidates`` neighbours in ``--nprobe`` lists, then ranks those by
+``--candidates`` neighbours in ``--nprobe`` lists (by default 5 % of its
+lists, at least 96: about the same share of the gallery whatever its
+size), then ranks those by
 their exact cosine distance, read from the shards (memory-mapped too),
 and keeps ``--top_k``. ``--output`` is ``.json`` (each query's ranked
 file names and distances) or ``.txt``, the kits' ranking layout: a line
@@ -57,7 +59,12 @@ LISTS_PER_SQRT = 2
 # training vectors per list for the coarse quantiser's k-means
 TRAIN_PER_LIST = 64
 MIN_TRAIN_PER_LIST = 39
-DEFAULTS = {"top_k": 10, "candidates": 100, "nprobe": 96}
+DEFAULTS = {"top_k": 10, "candidates": 100, "nprobe": None}
+# lists searched per query where --nprobe is not given: a share of the
+# index's lists (what keeps recall as the gallery grows: the lists grow
+# as sqrt(N)), at least a floor (small indexes)
+NPROBE_SHARE = 0.05
+NPROBE_FLOOR = 96
 # queries ranked together (their candidates' features: a few tens of MB)
 QUERY_BLOCK = 512
 INDEX_REPORT = files.json_kind({"shards", "feature_dim", "count", "model"},
@@ -202,6 +209,11 @@ def codes(dim, kind="sq8"):
 
 def number_of_lists(count):
     return int(max(1, min(65536, round(LISTS_PER_SQRT * math.sqrt(count)))))
+
+
+def default_nprobe(nlist):
+    """The lists searched per query in an index of ``nlist`` lists."""
+    return min(nlist, max(NPROBE_FLOOR, math.ceil(NPROBE_SHARE * nlist)))
 
 
 def _earlier_index(index_dir):
@@ -359,9 +371,10 @@ class Index:
                nprobe=DEFAULTS["nprobe"]):
         """``(distances, ids)``, each ``(len(queries), top_k)``: the index's
         ``candidates`` ranked by their exact cosine distance; -1 ids (and
-        inf distances) where fewer are found."""
+        inf distances) where fewer are found. ``nprobe`` None: the
+        index's :func:`default_nprobe`."""
         queries = _unit(queries)
-        self.index.nprobe = nprobe
+        self.index.nprobe = nprobe or default_nprobe(self.report["nlist"])
         distances = np.full((len(queries), top_k), np.inf, np.float32)
         ids = np.full((len(queries), top_k), -1, np.int64)
         for begin in range(0, len(queries), QUERY_BLOCK):
@@ -463,7 +476,9 @@ def _parser():
                    help="neighbours asked of the index, then ranked by "
                    "their exact distance")
     q.add_argument("--nprobe", type=int, default=DEFAULTS["nprobe"],
-                   help="inverted lists searched per query")
+                   help="inverted lists searched per query (default: "
+                   f"{100 * NPROBE_SHARE:g} %% of the index's lists, at "
+                   f"least {NPROBE_FLOOR})")
     q.add_argument("--output", required=True, help=".json or .txt (the "
                    "kits' ranking layout)")
     return parser
@@ -488,7 +503,8 @@ def run(args):
         print(f"wrote {args.index}")
         return 0
     for name in ("top_k", "candidates", "nprobe"):
-        _positive(name, getattr(args, name))
+        if getattr(args, name) is not None:
+            _positive(name, getattr(args, name))
     check_ranking_output(args.output)
     index = Index(args.index)
     if args.images is not None:

@@ -71,6 +71,18 @@ def test_index_ranks_as_the_exact_distances_do(gallery):
     # and the names are the shards' lines of those rows
     assert all(name.endswith(f"_{i}.jpg") for name, i in zip(
         index.names(ids[0]), ids[0]))
+    # the lists searched by default: the index's share of its lists
+    assert index.index.nprobe == search.default_nprobe(report["nlist"])
+    index.search(queries[:1], nprobe=7)
+    assert index.index.nprobe == 7
+
+
+def test_lists_searched_grow_with_the_index():
+    from cosine_metric_learning import search
+    # a floor of 96 (all lists where there are fewer), then 5 % of them
+    assert [search.default_nprobe(n) for n in (10, 96, 200, 1920, 2000,
+                                               6325, 65536)] == \
+        [10, 96, 96, 96, 100, 317, 3277]
 
 
 def test_query_command_writes_the_kits_layout_and_json(gallery, tmp_path):

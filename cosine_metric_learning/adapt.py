@@ -9,8 +9,9 @@ command.
    The confident motion-only tracklets of the frames before it become
    identity folders (:mod:`datasets.tracklets`, whose thresholds
    ``--track_min_confidence``, ``--min_confidence``, ``--max_overlap``,
-   ``--min_length``, ``--frame_stride`` and ``--min_height`` it takes):
-   ``OUT/tracklets/``.
+   ``--min_length``, ``--frame_stride`` and ``--min_height`` it takes),
+   each crop cut as the box encoder cuts the detection for the model
+   (widened to its input's aspect ratio): ``OUT/tracklets/``.
 2. ``--model`` is fine-tuned on them (its network and input size) with
    the soft-margin batch-hard triplet loss, only its last
    fully-connected layer and what follows it trained (the convolutions
@@ -392,7 +393,8 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
     try:
         if not os.path.isfile(os.path.join(folder, "manifest.json")):
             manifest = tracklets.extract_sequences(
-                training_parts, folder, "none", track_min_confidence, **cut)
+                training_parts, folder, "none", track_min_confidence,
+                patch_shape=shape, **cut)
         else:  # an earlier run's, of the same inputs
             with open(os.path.join(folder, "manifest.json")) as f:
                 manifest = json.load(f)

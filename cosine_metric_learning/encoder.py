@@ -138,9 +138,11 @@ def _resize(image, patch_shape):
                                 patch_shape).numpy()
 
 
-def _patch_region(frame_shape, box, patch_shape):
-    """``(x1, y1, x2, y2)`` of the pixels a box covers, or a text saying why
-    it covers none."""
+def patch_region(frame_shape, box, patch_shape):
+    """``(x1, y1, x2, y2)`` of the pixels the box encoder cuts for a box
+    ``(x, y, width, height)``: widened to the patch's aspect ratio and
+    clipped to the frame as Deep SORT does; or a text saying why it covers
+    none."""
     height, width = patch_shape[:2]
     x, y, w, h = (float(v) for v in box)
     if w <= 0 or h <= 0:
@@ -269,7 +271,7 @@ def box_patches(image, boxes, patch_shape):
     patches = np.full((len(boxes),) + tuple(patch_shape), 128, np.uint8)
     regions = []
     for index, box in enumerate(boxes):
-        region = _patch_region(image.shape, box, patch_shape)
+        region = patch_region(image.shape, box, patch_shape)
         if isinstance(region, str):
             logging.warning("Box %d %s %s: encoding a grey patch for it",
                             index, tuple(box.tolist()), region)

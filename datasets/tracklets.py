@@ -382,9 +382,30 @@ def extract(sequence_folders, output_dir, model="none",
         output_dir, model, track_min_confidence, **cut)
 
 
+def encoder_crops(sequence, rows, pieces, crops, patch_shape):
+    """``crops`` of :func:`cut_tracklets` cut as the box encoder cuts their
+    detections for a model of input ``patch_shape``: widened to its aspect
+    ratio, clipped to the frame (:func:`encoder.patch_region`), so that
+    what a model is fitted to is what it will be given when tracking."""
+    from cosine_metric_learning import encoder as encoder_lib
+    row_of = {(number, int(rows[index, 0])): index
+              for number, piece in enumerate(pieces, 1) for index in piece}
+    out = []
+    for number, frame, box in crops:
+        region = encoder_lib.patch_region(
+            sequence.image_shape, rows[row_of[number, frame], 2:6],
+            patch_shape)
+        out.append((number, frame, box if isinstance(region, str)
+                    else region))
+    return out
+
+
 def extract_sequences(sequences, output_dir, model="none",
-                      track_min_confidence=TRACK_MIN_CONFIDENCE, **cut):
-    """:func:`extract` of sequences read by :func:`read_checked`."""
+                      track_min_confidence=TRACK_MIN_CONFIDENCE,
+                      patch_shape=None, **cut):
+    """:func:`extract` of sequences read by :func:`read_checked`; with
+    ``patch_shape``, each crop is the patch the box encoder cuts
+    (:func:`encoder_crops`), not the detection's own rectangle."""
     from cosine_metric_learning import encoder as encoder_lib
     cut = {**DEFAULTS, **cut}
     encoder = None if model == "none" else encoder_lib.load(model)
@@ -420,6 +441,8 @@ def extract_sequences(sequences, output_dir, model="none",
                                 "max_cosine_distance": gate["gate"]})
             result = cut_tracklets(rows, matches, sequence.image_shape, **cut)
         pieces, crops, counts = result
+        if patch_shape is not None:
+            crops = encoder_crops(sequence, rows, pieces, crops, patch_shape)
         selected.append((sequence, crops))
         numbers = collections.Counter(piece for piece, _, _ in crops)
         manifest["sources"].append({

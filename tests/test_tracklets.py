@@ -58,6 +58,25 @@ def test_the_cutter_cuts_at_crossings_losses_and_doubt():
     assert crops[0][2] == (12, 10, 32, 50)
 
 
+def test_crops_are_cut_as_the_box_encoder_cuts_them():
+    """Widened about the box's centre to the patch's 1:2, clipped to the
+    frame; the numbers worked out by hand."""
+    import types
+    sequence = types.SimpleNamespace(image_shape=(480, 640, 3))
+    rows = np.zeros((3, 7))
+    rows[:, 0] = [1, 2, 2]
+    rows[0, 2:6] = [100, 50, 30, 80]  # widened to 40: x from 95
+    rows[1, 2:6] = [0, 10, 20, 60]  # widened to 30: x from -5, clipped
+    rows[2, 2:6] = [600, 400, 60, 120]  # already 1:2, clipped at 639, 479
+    pieces = [[0, 1], [2]]
+    crops = [(1, 1, (100, 50, 130, 130)), (1, 2, (0, 10, 20, 70)),
+             (2, 2, (600, 400, 639, 479))]
+    assert tracklets.encoder_crops(sequence, rows, pieces, crops,
+                                   (128, 64, 3)) == [
+        (1, 1, (95, 50, 135, 130)), (1, 2, (0, 10, 25, 70)),
+        (2, 2, (600, 400, 639, 479))]
+
+
 def test_the_gate_from_known_distributions():
     same = np.array([0.01, 0.02, 0.05, 0.2])
     different = np.array([0.04, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1,
@@ -281,6 +300,13 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
     assert report["tracklets"]["identities"] == len(os.listdir(
         out / "tracklets")) - 1  # and the manifest
     assert os.path.basename(report["adapted"]).startswith("ckpt-")
+    # the crops are the patches the box encoder cuts: 1:2 as the model's
+    # 128x64 input, where the frame did not clip them
+    from PIL import Image
+    sizes = [Image.open(f).size for f in glob.glob(
+        str(out / "tracklets" / "*" / "*.jpg"))]
+    assert sizes and np.median([w / h for w, h in sizes]) == \
+        pytest.approx(0.5, abs=0.02)
     # the triplet loss, and only the last fully-connected layer onwards
     # trained: the convolutions are the start model's, to the bit
     recorded = json.loads((out / "run" / "run.json").read_text())

@@ -159,7 +159,8 @@ def main(argv=None):
             label = f"{model} adapted #{repeat + 1}"
             rows[label] = report["adapted"]
             verdicts[label] = {key: report[key] for key in (
-                "verdict", "kept", "kept_checkpoint", "held_out")}
+                "verdict", "kept", "kept_why", "kept_checkpoint",
+                "held_out")}
     entries = list(rows.values())
     cache = {}  # each model's features, encoded once
     swept = track.evaluate(entries, scored, "det",
@@ -191,17 +192,26 @@ def main(argv=None):
     print(format_table(table))
     for label, verdict in verdicts.items():
         print(f"{label}: held-out verdict {verdict['verdict']}, kept the "
-              f"{verdict['kept']} model; {verdict['held_out']['why']}")
+              f"{verdict['kept']} model ({verdict['kept_why']}); "
+              f"{verdict['held_out']['why']}")
     for model in models:
-        adapted = [row for label, row in table.items()
-                   if label.startswith(f"{model} adapted #")]
-        if adapted:
+        labels = [label for label in table
+                  if label.startswith(f"{model} adapted #")]
+        # the adapted models, and what adapt exported (--keep=auto): the
+        # adapted model or the one it started from
+        for what, rows_of_runs in (
+                ("adapted", [table[label] for label in labels]),
+                ("exported", [table[label if verdicts[label]["kept"] ==
+                                    "adapted" else model]
+                              for label in labels])):
             for name, pick in (
                     ("calibrated IDF1", lambda r: r["calibrated"]["IDF1"]),
                     ("IDF1 near the gate", lambda r: r["near"]["mean"]),
                     ("mAP", lambda r: r["mAP"])):
-                values = 100 * np.array([pick(r) for r in adapted])
-                print(f"{model} adapted, {name} over {len(values)} runs: "
+                if not rows_of_runs:
+                    continue
+                values = 100 * np.array([pick(r) for r in rows_of_runs])
+                print(f"{model} {what}, {name} over {len(values)} runs: "
                       f"mean {values.mean():.1f}, standard deviation "
                       f"{values.std(ddof=1) if len(values) > 1 else 0:.1f}"
                       f", from {values.min():.1f} to {values.max():.1f}")

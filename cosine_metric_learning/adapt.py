@@ -29,10 +29,11 @@ command.
    pair under each model, and an interval of the difference from
    resampling the tracklets. The verdict is ``better``, ``worse``, ``no
    clear difference`` or ``unchecked`` (too few held-out tracklets).
-   ``--keep=auto`` exports the adapted model where the verdict is
-   ``better`` and the model it started from otherwise: the adapted model
-   has to show that it helps; ``--keep=adapted`` or ``--keep=start``
-   choose.
+   ``--keep=auto`` exports the better of the two there: the adapted
+   model where it ranks the held-out pairs better (the verdict
+   ``better``, or ``no clear difference`` with a difference above 0),
+   the model it started from otherwise (``worse``, ``unchecked``, or no
+   gain at all); ``--keep=adapted`` or ``--keep=start`` choose.
 5. The kept encoder exported as ``--export`` asks (Deep SORT's frozen
    graph by default): ``OUT/adapted.pb``; the numbers, the verdict and
    its reason go to ``OUT/adapt.json``, with the model, the sequences and
@@ -96,8 +97,9 @@ BOOTSTRAP_RESAMPLES = 500
 INTERVAL = 0.95
 # fewer held-out tracklets than this give no verdict
 MIN_HELD_OUT_TRACKLETS = 5
-# which model to export; auto: the adapted one only where the held-out
-# frames show it separating people better
+# which model to export; auto: the one that separates the people of the
+# held-out frames better (the adapted one never where it is worse there,
+# or where nothing was checked)
 KEEP = ("auto", "adapted", "start")
 EXPORTS = {"freeze": (cli.Mode.FREEZE, "adapted.pb"),
            "onnx": (cli.Mode.ONNX, "adapted.onnx"),
@@ -295,6 +297,28 @@ def held_out_check(before, after, same_piece, different_pieces, pieces,
                     f"{resamples} resamples of the {pieces} tracklets)")}
 
 
+def held_out_gain(check):
+    """Whether :func:`held_out_check` found the adapted model the better
+    of the two: ``better``, or ``no clear difference`` leaning its way."""
+    return check["verdict"] == "better" or (
+        check["verdict"] == "no clear difference" and check["difference"] > 0)
+
+
+def kept_why(keep, check):
+    """Why ``--keep=keep`` kept the model it did, after ``check``."""
+    if keep != "auto":
+        return f"--keep={keep}"
+    if check["verdict"] == "unchecked":
+        return "nothing held out to check the adapted model on"
+    lean = {"better": "the adapted model ranks the held-out pairs better",
+            "worse": "the adapted model ranks the held-out pairs worse"}
+    if check["verdict"] in lean:
+        return lean[check["verdict"]]
+    side = "better" if check["difference"] > 0 else "no better"
+    return (f"the adapted model ranks the held-out pairs {side} "
+            f"({check['difference']:+.4f}), within the interval's doubt")
+
+
 def _held_out(paths, parts, rows_of, cache, cut):
     """:func:`held_out_check` of the models ``paths`` (before, after) on the
     held-out parts' motion-only tracklets (of their ``rows_of``); with
@@ -428,7 +452,7 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
     held_out["first_frames"] = {s.name: first for s, (_, _, first) in
                                 zip(sequences, split)}
     kept = ("adapted" if keep == "adapted" or (
-        keep == "auto" and held_out["verdict"] == "better") else "start")
+        keep == "auto" and held_out_gain(held_out)) else "start")
     report = {**inputs, "adapted": adapted, "tracklets": {
         "identities": len(manifest["identities"]),
         "crops": manifest["counts"]["kept"]},
@@ -437,6 +461,7 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
                         "learning_rate": LEARNING_RATE},
         "before": before, "after": after, "held_out": held_out,
         "verdict": held_out["verdict"], "keep": keep, "kept": kept,
+        "kept_why": kept_why(keep, held_out),
         "kept_checkpoint": adapted if kept == "adapted" else prefix,
         "export": None}
     if mode is not None:
@@ -485,7 +510,7 @@ def format_report(report):
                  f"{held['verdict']}; {held['why']}")
     kept = report["kept"]
     lines.append(f"kept: the {'adapted model' if kept == 'adapted' else 'model it started from'}"
-                 f" ({report['kept_checkpoint']}; --keep={report['keep']})")
+                 f" ({report['kept_checkpoint']}): {report['kept_why']}")
     gate = report["after" if kept == "adapted" else "before"][
         "self_calibrated_gate"]["gate"]
     lines.append("its gate: " + "; ".join(
@@ -531,8 +556,9 @@ def define_flags():
                        "last frames held out of the fine-tuning, to check "
                        "the adapted model on.")
     flags.DEFINE_enum("keep", "auto", list(KEEP), "The model to export: "
-                      "auto (the adapted one where the held-out frames say "
-                      "it is better, else the start model), adapted or "
+                      "auto (the one that ranks the held-out frames' "
+                      "pairs better; the start model where the adapted "
+                      "one is worse or nothing was checked), adapted or "
                       "start.")
     flags.DEFINE_enum("export", "freeze", list(EXPORTS), "How to export "
                       "the adapted encoder (freeze: Deep SORT's .pb).")

@@ -326,8 +326,9 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
     assert held["first_frames"] == {"SCENE-01": 65}
     assert held["verdict"] in ("better", "worse", "no clear difference",
                                "unchecked")
-    assert report["kept"] == ("adapted" if held["verdict"] == "better"
-                              else "start")
+    assert report["kept"] == ("adapted" if held["verdict"] == "better" or (
+        held["verdict"] == "no clear difference" and held["difference"] > 0)
+        else "start")
     assert report["kept_checkpoint"] == (
         report["adapted"] if report["kept"] == "adapted"
         else os.path.abspath(trained[0]))
@@ -348,7 +349,8 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
                     else ("adapted", report["adapted"]))
     chosen = adapt.adapt(trained[0], [scene], str(out), number_of_steps=3,
                          batch_size=16, keep=keep)
-    assert chosen["kept"] == keep
+    assert chosen["kept"] == keep and chosen["kept_why"] == f"--keep={keep}"
+    assert report["kept_why"] == adapt.kept_why("auto", held)
     np.testing.assert_allclose(encoder_lib.load(chosen["export"])(patches),
                                encoder_lib.load(source)(patches), atol=1e-4)
     assert np.abs(encoder_lib.load(report["adapted"])(patches)
@@ -505,10 +507,21 @@ def test_held_out_ranking_and_verdict_against_hand_counts():
             adapt.ranking_score(*after) - adapt.ranking_score(*before))
         low, high = check["interval"]
         assert low <= check["difference"] <= high
+        # --keep=auto takes the adapted model where it is better
+        assert adapt.held_out_gain(check) == (verdict == "better")
+    # a slight lean either way, within the interval: the better of the two
+    for shift, gain in ((-0.02, True), (0.02, False)):
+        leaning = (before[0] + shift, before[1])
+        check = adapt.held_out_check(before, leaning, same_piece,
+                                     different_pieces, pieces)
+        assert check["verdict"] == "no clear difference", check
+        assert (check["difference"] > 0) == gain
+        assert adapt.held_out_gain(check) == gain
     # too few tracklets to say
     few = adapt.held_out_check(before, worse, same_piece % 2,
                                different_pieces % 2, 2)
     assert few["verdict"] == "unchecked" and "2 tracklets" in few["why"]
+    assert not adapt.held_out_gain(few)
     # nothing held out (an end of the video without detections)
     empty = (np.zeros(0), np.zeros(0))
     assert adapt.ranking_score([0.1], []) is None

@@ -10,10 +10,9 @@ command.
    identity folders (:mod:`datasets.tracklets`, whose thresholds
    ``--track_min_confidence``, ``--min_confidence``, ``--max_overlap``,
    ``--min_length``, ``--frame_stride`` and ``--min_height`` it takes),
-   each detection twice: its own rectangle, and the patch the box
-   encoder cuts for the model (widened to its input's aspect ratio), so
-   that the model is fitted to what the tracker gives it as well as to
-   crops as galleries cut them: ``OUT/tracklets/``.
+   each detection cut as the box encoder cuts it for the model (its
+   width set to the input's aspect ratio), so that the model is fitted
+   to what the tracker will give it: ``OUT/tracklets/``.
 2. ``--model`` is fine-tuned on them (its network and input size) with
    the soft-margin batch-hard triplet loss, only its last
    fully-connected layer and what follows it trained (the convolutions

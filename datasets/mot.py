@@ -190,25 +190,23 @@ def _check_rows(sequence):
 
 
 def write_crops(sequence, crops, output_dir, progress_secs=10.0):
-    """Cut ``crops`` (``(track, frame, (left, top, right, bottom))``, and
-    optionally a suffix of the file's name) from the sequence's frames
-    into ``output_dir/<sequence>_<track>/<frame><suffix>.jpg``, each frame
-    read once."""
+    """Cut ``crops`` (``(track, frame, (left, top, right, bottom))``)
+    from the sequence's frames into ``output_dir/<sequence>_<track>/``,
+    each frame read once."""
     by_frame = collections.defaultdict(list)
-    for track, frame, box, *suffix in crops:
-        by_frame[frame].append((track, box, "".join(suffix)))
+    for track, frame, box in crops:
+        by_frame[frame].append((track, box))
     logging.info("%s: cutting %d crops from %d frames", sequence.name,
                  len(crops), len(by_frame))
     start = last = time.time()
     for n, (frame, image) in enumerate(sequence.frames(by_frame)):
         image = Image.fromarray(image[..., ::-1])  # BGR to RGB
-        for track, box, suffix in by_frame[frame]:
+        for track, box in by_frame[frame]:
             folder = os.path.join(output_dir, identity_name(sequence.name,
                                                             track))
             os.makedirs(folder, exist_ok=True)
-            image.crop(box).save(
-                os.path.join(folder, f"{frame:06d}{suffix}.jpg"),
-                quality=JPEG_QUALITY)
+            image.crop(box).save(os.path.join(folder, f"{frame:06d}.jpg"),
+                                 quality=JPEG_QUALITY)
         if time.time() - last >= progress_secs:
             last = time.time()
             logging.info("%s: cut frame %d/%d (%.1f frames/s)",

@@ -382,15 +382,11 @@ def extract(sequence_folders, output_dir, model="none",
         output_dir, model, track_min_confidence, **cut)
 
 
-# the file-name suffix of a crop cut as the box encoder cuts it
-PATCH_SUFFIX = "-patch"
-
-
 def encoder_crops(sequence, rows, pieces, crops, patch_shape):
     """``crops`` of :func:`cut_tracklets` cut as the box encoder cuts their
-    detections for a model of input ``patch_shape``: widened to its aspect
-    ratio, clipped to the frame (:func:`encoder.patch_region`), each with
-    the file-name suffix :data:`PATCH_SUFFIX`."""
+    detections for a model of input ``patch_shape``: the width set to its
+    aspect ratio about the box's centre, clipped to the frame
+    (:func:`encoder.patch_region`)."""
     from cosine_metric_learning import encoder as encoder_lib
     row_of = {(number, int(rows[index, 0])): index
               for number, piece in enumerate(pieces, 1) for index in piece}
@@ -400,7 +396,7 @@ def encoder_crops(sequence, rows, pieces, crops, patch_shape):
             sequence.image_shape, rows[row_of[number, frame], 2:6],
             patch_shape)
         out.append((number, frame, box if isinstance(region, str)
-                    else region, PATCH_SUFFIX))
+                    else region))
     return out
 
 
@@ -408,9 +404,9 @@ def extract_sequences(sequences, output_dir, model="none",
                       track_min_confidence=TRACK_MIN_CONFIDENCE,
                       patch_shape=None, **cut):
     """:func:`extract` of sequences read by :func:`read_checked`; with
-    ``patch_shape``, each detection also gives the patch the box encoder
-    cuts for it (:func:`encoder_crops`): a model fitted to both serves
-    the tracker's patches and crops as galleries cut them."""
+    ``patch_shape``, each crop is the patch the box encoder cuts for the
+    detection (:func:`encoder_crops`), not its own rectangle: a model
+    fitted to them is fitted to what the tracker will give it."""
     from cosine_metric_learning import encoder as encoder_lib
     cut = {**DEFAULTS, **cut}
     encoder = None if model == "none" else encoder_lib.load(model)
@@ -446,10 +442,9 @@ def extract_sequences(sequences, output_dir, model="none",
                                 "max_cosine_distance": gate["gate"]})
             result = cut_tracklets(rows, matches, sequence.image_shape, **cut)
         pieces, crops, counts = result
-        # the manifest counts detections; each may give two files
         selected.append((sequence, crops if patch_shape is None else
-                         crops + encoder_crops(sequence, rows, pieces, crops,
-                                               patch_shape)))
+                         encoder_crops(sequence, rows, pieces, crops,
+                                       patch_shape)))
         numbers = collections.Counter(piece for piece, _, _ in crops)
         manifest["sources"].append({
             "sequence": sequence.name,

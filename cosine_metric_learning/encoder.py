@@ -140,9 +140,9 @@ def _resize(image, patch_shape):
 
 def patch_region(frame_shape, box, patch_shape):
     """``(x1, y1, x2, y2)`` of the pixels the box encoder cuts for a box
-    ``(x, y, width, height)``: widened to the patch's aspect ratio and
-    clipped to the frame as Deep SORT does; or a text saying why it covers
-    none."""
+    ``(x, y, width, height)``: its width set to the patch's aspect ratio
+    about its centre and clipped to the frame, as Deep SORT does; or a
+    text saying why it covers none."""
     height, width = patch_shape[:2]
     x, y, w, h = (float(v) for v in box)
     if w <= 0 or h <= 0:

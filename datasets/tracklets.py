@@ -429,6 +429,10 @@ def extract_sequences(sequences, output_dir, model="none",
                      gate["different_pairs"])
     manifest = {"sources": [], "filters": {
         **cut, "track_min_confidence": track_min_confidence}, "model": model,
+                # the crops: the detections' rectangles, or (a shape) the
+                # box encoder's patches for a model of that input
+                "patch_shape": None if patch_shape is None else
+                list(patch_shape),
                 "gate": gate, "counts": dict.fromkeys(["kept", *REASONS], 0),
                 "identities": {}}
     selected = []

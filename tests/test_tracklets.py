@@ -306,6 +306,8 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
     sizes = [Image.open(f).size for f in glob.glob(
         str(out / "tracklets" / "*" / "*.jpg"))]
     assert len(sizes) == report["tracklets"]["crops"] > 0
+    assert json.loads((out / "tracklets" / "manifest.json").read_text())[
+        "patch_shape"] == [128, 64, 3]
     assert np.median([w / h for w, h in sizes]) == pytest.approx(0.5,
                                                                  abs=0.02)
     # the triplet loss, and only the last fully-connected layer onwards

@@ -114,6 +114,7 @@ class _ForkServer:
 
 
 _fork_server = []
+_fork_server_lock = threading.Lock()  # started once, whatever the threads
 
 
 def _forkable(command, env, kwargs):
@@ -142,9 +143,10 @@ def run(command, timeout=300, env=None, **kwargs):
     starts each in a fresh interpreter instead)."""
     kwargs.setdefault("cwd", ROOT)
     if _forkable(command, env, kwargs):
-        if not _fork_server:
-            _fork_server.append(_ForkServer())
-            atexit.register(_fork_server[0].close)
+        with _fork_server_lock:
+            if not _fork_server:
+                _fork_server.append(_ForkServer())
+                atexit.register(_fork_server[0].close)
         return _fork_server[0].run(command, os.fspath(kwargs["cwd"]),
                                    timeout)
     return subprocess.run(command, env=dict(ENV, **(env or {})),

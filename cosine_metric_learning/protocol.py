@@ -144,7 +144,7 @@ def run_test(dataset, restore_path, dataset_dir, batch_size=128,
     if ann is not None:  # before the work
         from cosine_metric_learning import search
         search.require_faiss()
-        search.codes(2, ann)
+        search.check_codes(ann)
     if rerank_parameters is not None:
         problem = rerank.check(*rerank_parameters)
         if problem:

@@ -52,7 +52,6 @@ from cosine_metric_learning.errors import ArgumentError, UsageError
 INDEX_FILE = "index.faiss"
 INDEX_JSON = "index.json"
 MANIFEST = "manifest.json"  # of a folder of shards
-NAMES_SUFFIX = ".filenames.txt"
 INSTALL_HINT = "pip install '.[search]'"
 # inverted lists: about 2 sqrt(N) (faiss's guidelines give 1 to 16)
 LISTS_PER_SQRT = 2
@@ -201,11 +200,16 @@ def _unit(features):
 CODES = ("sq8", "pq4")
 
 
-def codes(dim, kind="sq8"):
-    """faiss's name of the ``kind`` of codes for ``dim`` dimensions."""
+def check_codes(kind):
+    """Refuse a ``kind`` of codes other than :data:`CODES`."""
     if kind not in CODES:
         raise ArgumentError("codes", kind, f"expected one of "
                             f"{', '.join(CODES)}")
+
+
+def codes(dim, kind="sq8"):
+    """faiss's name of the ``kind`` of codes for ``dim`` dimensions."""
+    check_codes(kind)
     return f"PQ{dim}x4fsr" if kind == "pq4" else "SQ8"
 
 
@@ -243,7 +247,7 @@ def build(features, index_dir, nlist=None, kind="sq8", seed=0, log=print):
     """Build the index of the shards ``features`` names into ``index_dir``;
     returns what ``index.json`` records."""
     faiss = require_faiss()
-    codes(2, kind)  # checked before the work
+    check_codes(kind)  # before the work
     _earlier_index(index_dir)
     paths, model = find_shards(features)
     counts, dim = [], None

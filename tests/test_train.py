@@ -224,15 +224,14 @@ def test_the_triplet_weight_adds_the_weighted_triplet_loss(loss_mode):
     ("cosine-softmax", 0.5, True), ("cosine-softmax", 0.0, False),
     ("triplet", 0.5, False)])
 def test_the_progress_line_shows_the_added_triplet_term(
-        caplog, loss_mode, weight, shown):
+        absl_log, loss_mode, weight, shown):
     config = settings.TrainConfig(dataset_dir="unused", loss_mode=loss_mode,
                                   number_of_steps=10, triplet_weight=weight)
     scalars = {"losses/cosine_softmax_loss": 2.0,
                "losses/triplet_loss": 0.25, "losses/total_loss": 2.5,
                "losses/weight_loss": 0.375, "accuracy": 0.5}
-    with caplog.at_level("INFO"):
-        summaries.log_progress(config, 3, scalars, 1.0, 1.0, 0.0)
-    line = caplog.records[-1].getMessage()
+    summaries.log_progress(config, 3, scalars, 1.0, 1.0, 0.0)
+    line = absl_log.records[-1].getMessage()
     assert line.startswith("step 3/10  loss 2.5000 (")
     assert ("0.5 x triplet 0.2500" in line) is shown, line
 

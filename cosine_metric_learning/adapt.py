@@ -17,7 +17,10 @@ command.
    the soft-margin batch-hard triplet loss, only its last
    fully-connected layer and what follows it trained (the convolutions
    keep what they learnt from labelled people), at a tenth of training's
-   learning rate: ``OUT/run/``.
+   learning rate: ``OUT/run/``. A tracklet's negatives are only the
+   tracklets seen in one frame with it (different people for sure): one
+   person's tracklets before and after an occlusion are not pushed
+   apart.
 3. The self-calibrated gate of the model before and after, measured on
    the tracklets of the whole sequences: the cosine distance that lets
    {false_accept} of the same-frame (different people) pairs through,
@@ -207,6 +210,22 @@ def _numbers(path, sequences, rows_of, scored, cache):
                 path, s, rows_of[s.name], cache) for s in scored},
             {**tracking.DEFAULTS, "max_cosine_distance": gate["gate"]})["IDF1"]
     return numbers
+
+
+def distinct_labels(label_names, manifest):
+    """bool ``(C, C)`` over the tracklets ``label_names``: the pairs the
+    tracklets' manifest lists as seen in one frame (different people),
+    the fine-tuning's only negatives; two tracklets not seen together may
+    be one person lost and found again, and are not pushed apart."""
+    if "seen_together" not in manifest:
+        raise UsageError("the tracklets' manifest.json does not list the "
+                         "tracklets seen together (written by an earlier "
+                         "version); give a new --output_dir")
+    label = {name: i for i, name in enumerate(label_names)}
+    distinct = np.zeros((len(label_names),) * 2, bool)
+    for a, b in manifest["seen_together"]:
+        distinct[label[a], label[b]] = distinct[label[b], label[a]] = True
+    return distinct
 
 
 def split_in_time(sequence, holdout):
@@ -433,7 +452,8 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
     dataset = DatasetSpec(
         name="tracklets", num_classes=len(identities.label_names),
         read_train=lambda _: identities, default_dataset_dir=folder,
-        image_shape=shape, label_names=identities.label_names)
+        image_shape=shape, label_names=identities.label_names,
+        distinct=distinct_labels(identities.label_names, manifest))
     run_dir = os.path.join(output_dir, "run")
     latest = tf.train.latest_checkpoint(run_dir)
     if latest is not None and checkpoints.checkpoint_step(latest) >= \
@@ -459,7 +479,10 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
         "crops": manifest["counts"]["kept"]},
         "number_of_steps": number_of_steps,
         "fine_tuning": {"loss_mode": LOSS, "train_from": TRAIN_FROM,
-                        "learning_rate": LEARNING_RATE},
+                        "learning_rate": LEARNING_RATE,
+                        "negatives": "tracklets seen in one frame",
+                        "pairs_seen_together": int(
+                            dataset.distinct.sum() // 2)},
         "before": before, "after": after, "held_out": held_out,
         "verdict": held_out["verdict"], "keep": keep, "kept": kept,
         "kept_why": kept_why(keep, held_out),
@@ -493,7 +516,9 @@ def _remove_new_run(output_dir, created):
 
 def format_report(report):
     lines = [f"{report['tracklets']['identities']} tracklets "
-             f"({report['tracklets']['crops']} crops), "
+             f"({report['tracklets']['crops']} crops, "
+             f"{report['fine_tuning']['pairs_seen_together']} pairs seen "
+             "together), "
              f"{report['number_of_steps']} steps from {report['model']}",
              f"{'':8s} {'gate':>7s} {'false accepts':>14s} "
              f"{'false rejects':>14s} {'IDF1':>6s}"]

@@ -21,10 +21,11 @@ from cosine_metric_learning.errors import UsageError
 class LossMode:
     """One ``--loss_mode``.
 
-    ``compute(labels, features, logits, label_smoothing=0.0)`` returns
-    ``(loss, monitors)``:
+    ``compute(labels, features, logits, label_smoothing=0.0,
+    distinct=None)`` returns ``(loss, monitors)``:
     the scalar loss and a dict of scalars for TensorBoard; ``logits`` is
-    None unless ``needs_classifier``. Every mode whose needs are met is
+    None unless ``needs_classifier``; ``distinct`` (the pairs of labels
+    known to be different people) is read by the triplet loss. Every mode whose needs are met is
     computed at each step, the ones not trained on as monitors.
     """
     name: str                # the --loss_mode value
@@ -77,39 +78,59 @@ def accuracy(labels, logits):
         tf.equal(predicted, tf.cast(labels, tf.int64)), tf.float32))
 
 
-def soft_margin_triplet_loss(labels, features, eps=1e-5):
+def soft_margin_triplet_loss(labels, features, eps=1e-5, distinct=None):
     """Soft-margin batch-hard triplet loss (Hermans, Beyer, Leibe 2017).
+
+    ``distinct`` (optional, bool ``(C, C)`` over the labels): only pairs of
+    labels it marks are negatives, as where labels are tracklets and only
+    tracklets seen in one frame are known to be different people (two
+    tracklets of one person must not be pushed apart). An anchor without
+    such a negative in the batch adds nothing.
 
     Returns
     -------
     (loss, diagnostics)
-        ``loss`` is ``mean(softplus(hardest_positive - hardest_negative))``;
+        ``loss`` is the mean of ``softplus(hardest_positive -
+        hardest_negative)`` over the anchors that have a negative;
         ``diagnostics`` maps names to scalars for TensorBoard: fraction of
         active triplets (hardest positive farther than hardest negative),
-        mean feature norm, mean, positive and negative distances.
+        mean feature norm, mean, positive and negative distances, and with
+        ``distinct`` the fraction of anchors that have a negative.
     """
     # distances
     distances = tf.sqrt(tf.maximum(
         0.0, eps + pairwise_squared_distance(features, features)))
     same = tf.equal(labels[:, None], labels[None, :])
+    if distinct is None:
+        negatives = tf.logical_not(same)
+    else:
+        distinct = tf.convert_to_tensor(distinct, tf.bool)
+        negatives = tf.gather(tf.gather(distinct, labels), labels, axis=1)
+    # an anchor counts where its batch holds a negative of it
+    counted = tf.reduce_any(negatives, axis=1)
+    weights = tf.cast(counted, distances.dtype)
 
     # hardest positive: the farthest sample with the same label
     positive = tf.reduce_max(
         tf.where(same, distances, tf.zeros_like(distances)), axis=1)
-    # hardest negative: the nearest sample with another label
+    # hardest negative: the nearest sample of a label known to differ
     negative = tf.reduce_min(
-        tf.where(same, tf.fill(tf.shape(distances), distances.dtype.max),
-                 distances), axis=1)
+        tf.where(negatives, distances,
+                 tf.fill(tf.shape(distances), distances.dtype.max)), axis=1)
+    negative = tf.where(counted, negative, positive)
 
-    loss = tf.reduce_mean(tf.nn.softplus(positive - negative))
+    count = tf.maximum(tf.reduce_sum(weights), 1.0)
+    loss = tf.reduce_sum(weights * tf.nn.softplus(positive - negative)) / count
     diagnostics = {
-        "fraction_active_triplets": tf.reduce_mean(
-            tf.cast(positive > negative, tf.float32)),
+        "fraction_active_triplets": tf.reduce_sum(
+            weights * tf.cast(positive > negative, tf.float32)) / count,
         "mean_feature_norm": tf.reduce_mean(tf.norm(features, axis=1)),
         "mean_distance": tf.reduce_mean(distances),
-        "mean_positive_distance": tf.reduce_mean(positive),
-        "mean_negative_distance": tf.reduce_mean(negative),
+        "mean_positive_distance": tf.reduce_sum(weights * positive) / count,
+        "mean_negative_distance": tf.reduce_sum(weights * negative) / count,
     }
+    if distinct is not None:
+        diagnostics["fraction_with_negative"] = tf.reduce_mean(weights)
     return loss, diagnostics
 
 
@@ -142,13 +163,14 @@ def magnet_loss(labels, features, margin=1.0, eps=1e-4):
 
 # The registry -----------------------------------------------------------------
 
-def _cosine_softmax(labels, features, logits, label_smoothing=0.0):
+def _cosine_softmax(labels, features, logits, label_smoothing=0.0, **_):
     return cosine_softmax_loss(labels, logits, label_smoothing), {
         "accuracy": accuracy(labels, logits)}
 
 
-def _triplet(labels, features, logits, **_):
-    loss, diagnostics = soft_margin_triplet_loss(labels, features)
+def _triplet(labels, features, logits, distinct=None, **_):
+    loss, diagnostics = soft_margin_triplet_loss(labels, features,
+                                                 distinct=distinct)
     return loss, {f"triplet/{k}": v for k, v in diagnostics.items()}
 
 
@@ -171,15 +193,18 @@ def get(name):
     return LOSS_MODES[name]
 
 
-def compute_all(labels, features, logits, label_smoothing=0.0):
+def compute_all(labels, features, logits, label_smoothing=0.0,
+                distinct=None):
     """Every mode's loss that can be computed: ``({summary_name: loss},
     monitors)``; with ``logits`` None, the classifier's are left out.
-    ``label_smoothing`` applies to the classifier's loss."""
+    ``label_smoothing`` applies to the classifier's loss, ``distinct`` to
+    the triplet loss's negatives."""
     terms, monitors = {}, {}
     for mode in LOSS_MODES.values():
         if mode.needs_classifier and logits is None:
             continue
         terms[mode.summary_name], more = mode.compute(
-            labels, features, logits, label_smoothing=label_smoothing)
+            labels, features, logits, label_smoothing=label_smoothing,
+            distinct=distinct)
         monitors.update(more)
     return terms, monitors

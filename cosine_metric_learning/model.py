@@ -188,11 +188,13 @@ def create_optimizer(learning_rate, mixed_precision="none", warmup_steps=0):
 
 
 def make_train_step(model, optimizer, loss_mode, step, summaries=False,
-                    tricks=Tricks()):
+                    tricks=Tricks(), distinct=None):
     """One optimisation step on a batch; wrap it in a ``tf.function``.
     ``tricks`` (:class:`Tricks`) adds random erasing to the images, the
     margin to the logits, the smoothing to the cosine-softmax loss and the
-    weighted triplet loss to it.
+    weighted triplet loss to it; ``distinct`` (bool ``(C, C)``, the
+    dataset's :attr:`~datasets.spec.DatasetSpec.distinct`) limits the
+    triplet loss's negatives to the pairs of labels it marks.
 
     Returns
     -------
@@ -208,6 +210,8 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False,
     variables = model.trainable_variables
     trained = losses.get(loss_mode).summary_name
     triplet_weight = tricks.added_triplet_weight(loss_mode)
+    if distinct is not None:
+        distinct = tf.constant(distinct, tf.bool)
 
     def step_fn(images, labels):
         if tricks.random_erasing:
@@ -230,7 +234,8 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False,
                             tf.gather(scale, labels) if scale.shape.rank
                             else scale))  # a scale per class, or one
             terms, metrics = losses.compute_all(labels, features, logits,
-                                                tricks.label_smoothing)
+                                                tricks.label_smoothing,
+                                                distinct)
             if scale is not None:
                 # the mean where the network has a scale per class
                 metrics["scale"] = tf.reduce_mean(scale)

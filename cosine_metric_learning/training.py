@@ -147,7 +147,7 @@ class _Run:
 
     def __init__(self, dataset, config, strategy, chief, trainer):
         self.config, self.strategy, self.chief = config, strategy, chief
-        self.trainer = trainer
+        self.trainer, self.distinct = trainer, dataset.distinct
         with strategy.scope():
             self.model = model_lib.create_model(
                 dataset, config.loss_mode, config.mixed_precision,
@@ -202,7 +202,8 @@ class _Run:
     def _distributed_step(self, summaries):
         step_fn = model_lib.make_train_step(self.model, self.optimizer,
                                             self.config.loss_mode, self.step,
-                                            summaries, self.config.tricks)
+                                            summaries, self.config.tricks,
+                                            self.distinct)
         strategy, trainer, size = self.strategy, self.trainer, \
             self.per_replica
 

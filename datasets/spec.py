@@ -4,6 +4,8 @@ the datasets the original trains on."""
 import dataclasses
 from typing import Callable, Optional, Tuple
 
+import numpy as np
+
 from cosine_metric_learning.datasets import market1501, mars, veri
 from cosine_metric_learning.nets.deep_sort import network_definition
 
@@ -29,6 +31,11 @@ class DatasetSpec:
     # the network trained (network_definition.NETWORKS): a run's own, or
     # that of the model it starts from
     network: str = network_definition.DEEP_SORT.name
+    # bool (num_classes, num_classes): the pairs of labels known to be
+    # different people, the triplet loss's only negatives (tracklets seen
+    # in one frame); None: every other label is a negative
+    distinct: Optional[np.ndarray] = dataclasses.field(default=None,
+                                                       compare=False)
 
 
 MARKET1501 = DatasetSpec(

@@ -19,7 +19,8 @@ dropped, and a crop is kept every ``--frame_stride`` frames. Each piece is
 an identity folder ``OUT/<sequence>_<tracklet>/<frame>.jpg``, the layout
 ``train_custom.py`` reads, with ``manifest.json`` as the annotated
 converter (:mod:`datasets.mot`) writes it; two pieces may be the same
-person (one lost behind a pillar, or seen in two sequences).
+person (one lost behind a pillar, or seen in two sequences), except the
+pairs seen in one frame, which the manifest lists as ``seen_together``.
 
 The gate: boxes of one tracklet some frames apart are (almost surely) the
 same person, boxes of one frame are different people. The self-calibrated
@@ -169,6 +170,16 @@ def cut_tracklets(rows, matches, frame_shape,
         pieces.append([index for _, index, _ in piece])
         crops.extend((len(pieces), frame, box) for frame, box in kept)
     return pieces, crops, counts
+
+
+def seen_together(rows, pieces):
+    """The pairs ``(a, b)``, ``a < b``, of piece numbers (from 1, as
+    :func:`cut_tracklets` numbers its crops) whose rows share a frame:
+    two detections of one frame, so two different people."""
+    frames = [set(rows[np.asarray(piece, int), 0].astype(int).tolist())
+              for piece in pieces]
+    return [(a + 1, b + 1) for a in range(len(frames))
+            for b in range(a + 1, len(frames)) if frames[a] & frames[b]]
 
 
 def pairs(rows, pieces, frame_gap=GATE_FRAME_GAP):
@@ -434,7 +445,10 @@ def extract_sequences(sequences, output_dir, model="none",
                 "patch_shape": None if patch_shape is None else
                 list(patch_shape),
                 "gate": gate, "counts": dict.fromkeys(["kept", *REASONS], 0),
-                "identities": {}}
+                "identities": {},
+                # the pairs of identities seen in one frame: different
+                # people (any other two may be one person)
+                "seen_together": []}
     selected = []
     for sequence, rows, features, result in tracked:
         if encoder is not None:  # tracked again, with the model
@@ -461,6 +475,10 @@ def extract_sequences(sequences, output_dir, model="none",
         for piece, count in sorted(numbers.items()):
             manifest["identities"][mot_crops.identity_name(
                 sequence.name, piece)] = count
+        manifest["seen_together"].extend(
+            [mot_crops.identity_name(sequence.name, a),
+             mot_crops.identity_name(sequence.name, b)]
+            for a, b in seen_together(rows, pieces))
     if not manifest["identities"]:
         raise UsageError(
             "no tracklet is left after the cuts (" + ", ".join(

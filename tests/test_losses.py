@@ -81,15 +81,49 @@ def test_triplet_loss_on_points_worked_out_by_hand():
     assert float(diag["mean_negative_distance"]) == pytest.approx(3.0)
 
 
-def _triplet_numpy(labels, features, eps=1e-5):
+def test_only_labels_known_to_differ_are_negatives():
+    # Three tracklets on a line: A at 0 and 1, B at 3 and 6, C at 1.5 and
+    # 2. A and B were seen in one frame; C, seen with neither, may be
+    # either's person, so it is no one's negative.
+    features = np.array([[0.0], [1.0], [3.0], [6.0], [1.5], [2.0]],
+                        np.float32)
+    labels = np.array([0, 0, 1, 1, 2, 2], np.int64)
+    distinct = np.zeros((3, 3), bool)
+    distinct[0, 1] = distinct[1, 0] = True
+    loss, diag = losses.soft_margin_triplet_loss(labels, features, eps=0.0,
+                                                 distinct=distinct)
+    # anchors of A and B as without C; C's anchors have no negative
+    positive = np.array([1.0, 1.0, 3.0, 3.0])
+    negative = np.array([3.0, 2.0, 2.0, 5.0])
+    np.testing.assert_allclose(float(loss), np.mean(_softplus(
+        positive - negative)), rtol=1e-5)
+    assert float(diag["fraction_with_negative"]) == pytest.approx(4 / 6)
+    assert float(diag["fraction_active_triplets"]) == pytest.approx(0.25)
+    # every label a negative of every other: C is A's and B's nearest
+    everyone = ~np.eye(3, dtype=bool)
+    loss_all, _ = losses.soft_margin_triplet_loss(labels, features, eps=0.0,
+                                                  distinct=everyone)
+    plain, _ = losses.soft_margin_triplet_loss(labels, features, eps=0.0)
+    assert float(loss_all) == pytest.approx(float(plain), rel=1e-6)
+    assert float(loss_all) > float(loss)
+    # nobody known to differ: nothing to learn, no NaN
+    nobody, diag = losses.soft_margin_triplet_loss(
+        labels, features, distinct=np.zeros((3, 3), bool))
+    assert float(nobody) == 0.0
+    assert float(diag["fraction_with_negative"]) == 0.0
+
+
+def _triplet_numpy(labels, features, eps=1e-5, distinct=None):
     n = len(labels)
     terms = []
     for i in range(n):
         d = [np.sqrt(max(0.0, eps + np.sum((features[i] - features[j]) ** 2)))
              for j in range(n)]
         pos = max(d[j] for j in range(n) if labels[j] == labels[i])
-        neg = min(d[j] for j in range(n) if labels[j] != labels[i])
-        terms.append(_softplus(pos - neg))
+        negatives = [d[j] for j in range(n) if labels[j] != labels[i] and (
+            distinct is None or distinct[labels[i], labels[j]])]
+        if negatives:
+            terms.append(_softplus(pos - min(negatives)))
     return np.mean(terms)
 
 
@@ -99,6 +133,16 @@ def test_triplet_loss_matches_a_loop_on_random_batches():
         loss, _ = losses.soft_margin_triplet_loss(labels, features)
         np.testing.assert_allclose(float(loss), _triplet_numpy(
             labels, features.astype(np.float64)), rtol=1e-4)
+        # half the pairs of labels known to differ
+        rng = np.random.default_rng(seed)
+        num = labels.max() + 1
+        distinct = np.triu(rng.random((num, num)) < 0.5, 1)
+        distinct |= distinct.T
+        loss, _ = losses.soft_margin_triplet_loss(labels, features,
+                                                  distinct=distinct)
+        np.testing.assert_allclose(float(loss), _triplet_numpy(
+            labels, features.astype(np.float64), distinct=distinct),
+            rtol=1e-4)
 
 
 def _magnet_numpy(labels, features, margin=1.0, eps=1e-4):

@@ -147,6 +147,15 @@ def _person_of(sequence, row):
     distance = np.abs(gt[:, 2:4] - row[2:4]).sum(axis=1)
     return int(gt[np.argmin(distance), 1])
 
+def test_pieces_seen_together_are_those_sharing_a_frame():
+    # piece 1 frames 1-3, piece 2 frames 3-4 (shares frame 3), piece 3
+    # frames 5-6 (after both), piece 4 frames 6 and 8 (shares 6 with 3)
+    frames = [1, 2, 3, 3, 4, 5, 6, 6, 8]
+    rows = np.asarray([_row(f, 0) for f in frames], float)
+    pieces = [[0, 1, 2], [3, 4], [5, 6], [7, 8]]
+    assert tracklets.seen_together(rows, pieces) == [(1, 2), (3, 4)]
+    assert tracklets.seen_together(rows, pieces[:1]) == []
+
 
 def test_tracklets_of_a_crossing_scene_are_one_person_each(scene, trained,
                                                            tmp_path):
@@ -168,8 +177,21 @@ def test_tracklets_of_a_crossing_scene_are_one_person_each(scene, trained,
     rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
     pieces = tracklets.motion_pieces(sequence, rows)[0]
     assert len(pieces) == len(manifest["identities"])
+    person = []
     for piece in pieces:
-        assert len({_person_of(sequence, rows[i]) for i in piece}) == 1
+        people = {_person_of(sequence, rows[i]) for i in piece}
+        assert len(people) == 1
+        person.extend(people)
+    # the pieces seen together are different people, and are listed
+    together = manifest["seen_together"]
+    assert len(together) > 0
+
+    def person_of(name):  # <sequence>_<piece number from 1>
+        return person[int(name.rsplit("_", 1)[1]) - 1]
+
+    for a, b in together:
+        assert a in manifest["identities"] and b in manifest["identities"]
+        assert person_of(a) != person_of(b)
     # with a model: tracked at its gate, which the manifest reports
     manifest = tracklets.extract([scene], str(tmp_path / "model"),
                                  model=trained[0])
@@ -315,6 +337,10 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
     recorded = json.loads((out / "run" / "run.json").read_text())
     assert recorded["loss_mode"] == "triplet"
     assert report["fine_tuning"]["train_from"] == "fc1"
+    # negatives only between the tracklets seen together
+    assert report["fine_tuning"]["pairs_seen_together"] == len(json.loads(
+        (out / "tracklets" / "manifest.json").read_text())["seen_together"])
+    assert report["fine_tuning"]["pairs_seen_together"] > 0
     from cosine_metric_learning import checkpoints
     tuned, _ = checkpoints.load_encoder(report["adapted"])
     start = trained[1]

@@ -459,7 +459,7 @@ def _input_pipeline(dataset, config, filenames, ids):
                                        config.cache_max_gb, max_unreadable)
         rows = sampling.random_sample_identities_forever(
             config.batch_size, config.images_per_id, np.arange(len(kept)),
-            ids[kept])
+            ids[kept], together=dataset.distinct)
         feed = image_cache.feed(cache, rows)
         # the skipped files, for the summary
         unreadable = {str(f) for f in np.delete(filenames, kept)}
@@ -468,7 +468,7 @@ def _input_pipeline(dataset, config, filenames, ids):
         unreadable = set()  # filled by the producers, skipped by the sampler
         feed = sampling.random_sample_identities_forever(
             config.batch_size, config.images_per_id, filenames, ids,
-            exclude=unreadable)
+            exclude=unreadable, together=dataset.distinct)
         input_spec = None  # file names
     return queued_trainer.QueuedTrainer(
         feed, dataset.image_shape, training=True,

@@ -75,6 +75,42 @@ def test_identity_sampler_fills_up_from_further_identities():
         assert max(collections.Counter(y.tolist()).values()) <= 4
 
 
+def test_identity_sampler_draws_identities_seen_together_together():
+    # 12 identities in three groups of 4 seen together (a chain within
+    # each: 0-1, 1-2, 2-3); identity 12 was seen with no one
+    together = np.zeros((13, 13), bool)
+    for group in range(3):
+        for a in range(4 * group, 4 * group + 3):
+            together[a, a + 1] = together[a + 1, a] = True
+    ids = np.repeat(np.arange(13), 3)
+    feed = sampling.random_sample_identities_forever(
+        12, 3, np.arange(len(ids)), ids, seed=0, together=together)
+    groups, loners = collections.Counter(), 0
+    for _ in range(200):
+        x, y = next(feed)
+        np.testing.assert_array_equal(ids[x], y)
+        drawn = sorted(set(y.tolist()))
+        assert len(drawn) == 4 and len(set(x.tolist())) == 12
+        # the batch starts at a random identity; the rest are its group
+        # while the group has some left
+        if 12 not in drawn:
+            assert len({i // 4 for i in drawn}) == 1, drawn
+            groups[drawn[0] // 4] += 1
+        else:
+            loners += 1
+            # a loner first: the next is anyone, then the rest of its group
+            assert len({i // 4 for i in drawn if i != 12}) == 1, drawn
+    # every identity starts a batch about as often (1/13 of the batches)
+    assert 5 <= loners <= 35
+    assert min(groups.values()) >= 30
+    # without it: random identities, a group whole in few batches
+    feed = sampling.random_sample_identities_forever(
+        12, 3, np.arange(len(ids)), ids, seed=0)
+    whole = sum(len({i // 4 for i in set(next(feed)[1].tolist())}) == 1
+                for _ in range(200))
+    assert whole < 20
+
+
 def test_identity_sampler_rejects_data_that_cannot_fill_a_batch():
     ids = np.repeat(np.arange(5), 4)
     with pytest.raises(UsageError, match="too few identities: 5 .* at least 8"):

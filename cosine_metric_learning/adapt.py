@@ -481,8 +481,8 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
         "fine_tuning": {"loss_mode": LOSS, "train_from": TRAIN_FROM,
                         "learning_rate": LEARNING_RATE,
                         "negatives": "tracklets seen in one frame",
-                        "pairs_seen_together": int(
-                            dataset.distinct.sum() // 2)},
+                        "pairs_seen_together": len(
+                            manifest["seen_together"])},
         "before": before, "after": after, "held_out": held_out,
         "verdict": held_out["verdict"], "keep": keep, "kept": kept,
         "kept_why": kept_why(keep, held_out),

@@ -13,9 +13,14 @@ command.
    each detection cut as the box encoder cuts it for the model (its
    width set to the input's aspect ratio), so that the model is fitted
    to what the tracker will give it: ``OUT/tracklets/``.
-2. ``--model`` is fine-tuned on them (its network and input size) with
-   the soft-margin batch-hard triplet loss, only its last
-   fully-connected layer and what follows it trained (the convolutions
+2. The batch-norm statistics of ``--model`` are re-estimated on the
+   tracklets' crops (at most {statistics_images} of them), layer after
+   layer: a model trained elsewhere normalises what your camera shows
+   with another dataset's means and variances (and a short training's
+   moving averages are still on their way from their initial values):
+   ``OUT/statistics/``. That model is fine-tuned on the tracklets (its
+   network and input size) with the soft-margin batch-hard triplet
+   loss, only its last fully-connected layer and what follows it trained (the convolutions
    keep what they learnt from labelled people), at a tenth of training's
    learning rate: ``OUT/run/``. A tracklet's negatives are only the
    tracklets seen in one frame with it (different people for sure): one
@@ -67,17 +72,15 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from cosine_metric_learning import checkpoints, cli, files, mot_sequences
-from cosine_metric_learning import search, settings, tracking
+from cosine_metric_learning import checkpoints, cli, export as export_lib
+from cosine_metric_learning import files, mot_sequences, preprocessing
+from cosine_metric_learning import run_settings, search, settings, tracking
+from cosine_metric_learning import model as model_lib
 from cosine_metric_learning import track
 from cosine_metric_learning.datasets import image_folder, tracklets
 from cosine_metric_learning.datasets.spec import DatasetSpec
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags, report_errors
-
-__doc__ = __doc__.format(  # the gate's rates as the code sets them
-    false_accept=f"{100 * tracklets.GATE_FALSE_ACCEPT:g} %",
-    false_reject=f"{100 * tracklets.GATE_FALSE_REJECT:g} %")
 
 FLAGS = flags.FLAGS
 FLAG_NAMES = {**tracklets.FLAG_NAMES, "model": "--model",
@@ -111,8 +114,13 @@ EXPORTS = {"freeze": (cli.Mode.FREEZE, "adapted.pb"),
            "tflite": (cli.Mode.TFLITE, "adapted.tflite"),
            "none": (None, None)}
 REPORT_NAME = "adapt.json"
+# the model it started from, its batch-norm statistics re-estimated on
+# the tracklets: what the fine-tuning starts from
+STATISTICS = "statistics"
+# crops the statistics are estimated on, at most
+STATISTICS_IMAGES = 2000
 # what the command writes in --output_dir
-OWN = {"tracklets", "run", REPORT_NAME,
+OWN = {"tracklets", STATISTICS, "run", REPORT_NAME,
        *(name for _, name in EXPORTS.values() if name)}
 # the settings that shape a run: a rerun continues it only with the same
 SETTINGS = ("number_of_steps", "batch_size", "track_min_confidence",
@@ -122,6 +130,12 @@ REPORT = files.json_kind({"model", "checkpoint", "sequences", "settings",
                          "a report of this command (a JSON object with "
                          "'model', 'checkpoint', 'sequences', 'settings', "
                          "'before' and 'after')")
+
+
+__doc__ = __doc__.format(  # the numbers as the code sets them
+    false_accept=f"{100 * tracklets.GATE_FALSE_ACCEPT:g} %",
+    false_reject=f"{100 * tracklets.GATE_FALSE_REJECT:g} %",
+    statistics_images=f"{STATISTICS_IMAGES:,}")
 
 
 def _digest(path):
@@ -210,6 +224,33 @@ def _numbers(path, sequences, rows_of, scored, cache):
                 path, s, rows_of[s.name], cache) for s in scored},
             {**tracking.DEFAULTS, "max_cosine_distance": gate["gate"]})["IDF1"]
     return numbers
+
+
+def reestimate_statistics(checkpoint, filenames, directory, seed=0):
+    """The model at ``checkpoint`` with every batch-norm layer's moving
+    statistics re-estimated on the images ``filenames`` (at most
+    :data:`STATISTICS_IMAGES` of them, drawn at random;
+    :func:`model.reestimate_batch_norm`), written as the encoder
+    checkpoint ``directory/ckpt-1`` beside its ``run.json``; returns its
+    prefix. One written earlier is taken as it is."""
+    prefix = os.path.join(directory, "ckpt-1")
+    if os.path.isfile(prefix + ".index"):
+        return prefix
+    encoder, _ = checkpoints.load_encoder(checkpoint)
+    shape = tuple(encoder.input_shape[1:])
+    filenames = np.asarray(filenames)
+    if len(filenames) > STATISTICS_IMAGES:
+        filenames = np.sort(np.random.default_rng(seed).choice(
+            filenames, STATISTICS_IMAGES, replace=False))
+    images = preprocessing.preprocess(preprocessing.read_patches(
+        filenames, shape), input_is_bgr=True).numpy()
+    names = model_lib.reestimate_batch_norm(encoder, images)
+    logging.info("Re-estimated the statistics of %d batch-norm layers on "
+                 "%d crops", len(names), len(images))
+    os.makedirs(directory, exist_ok=True)
+    run_settings.record(directory, run_settings.settings(
+        "tracklets", LOSS, shape, checkpoints.network_of(checkpoint)))
+    return export_lib.write_encoder_checkpoint(encoder, prefix)
 
 
 def distinct_labels(label_names, manifest):
@@ -449,6 +490,9 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
         if recorded is None:  # refused before training: nothing is left
             _remove_new_run(output_dir, created)
         raise
+    start = reestimate_statistics(prefix, identities.filenames,
+                                  os.path.join(output_dir, STATISTICS))
+    config = dataclasses.replace(config, restore_path=start)
     dataset = DatasetSpec(
         name="tracklets", num_classes=len(identities.label_names),
         read_train=lambda _: identities, default_dataset_dir=folder,
@@ -480,6 +524,9 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
         "number_of_steps": number_of_steps,
         "fine_tuning": {"loss_mode": LOSS, "train_from": TRAIN_FROM,
                         "learning_rate": LEARNING_RATE,
+                        "starts_from": start,
+                        "batch_norm_statistics": "re-estimated on the "
+                        "tracklets' crops",
                         "negatives": "tracklets seen in one frame",
                         "pairs_seen_together": len(
                             manifest["seen_together"])},

@@ -174,6 +174,34 @@ def train_from(encoder, name):
         layer.trainable = False
 
 
+def reestimate_batch_norm(encoder, images, batch_size=64):
+    """Set every batch-norm layer's moving mean and variance of
+    ``encoder`` to those of its inputs over ``images`` (float32 network
+    inputs ``(N, H, W, 3)``), layer after layer in the network's order,
+    each from the inputs the layers before it give once re-estimated
+    (inference mode: no dropout). The weights stay as they are; the
+    features then see ``images``' statistics, not the training set's.
+    Returns the layers' names."""
+    layers = [layer for layer in encoder.layers
+              if isinstance(layer, keras.layers.BatchNormalization)]
+    for layer in layers:
+        inputs = tf.function(keras.Model(encoder.input, layer.input))
+        count, total, squares = 0, 0.0, 0.0
+        for start in range(0, len(images), batch_size):
+            x = tf.cast(inputs(images[start:start + batch_size],
+                               training=False), tf.float64)
+            axes = list(range(len(x.shape) - 1))
+            count += int(np.prod([x.shape[a] for a in axes]))
+            total += tf.reduce_sum(x, axes)
+            squares += tf.reduce_sum(tf.square(x), axes)
+        mean = total / count
+        variance = tf.maximum(squares / count - tf.square(mean), 0.0)
+        layer.moving_mean.assign(tf.cast(mean, layer.moving_mean.dtype))
+        layer.moving_variance.assign(
+            tf.cast(variance, layer.moving_variance.dtype))
+    return [layer.name for layer in layers]
+
+
 def create_optimizer(learning_rate, mixed_precision="none", warmup_steps=0):
     """Adam with TF1's defaults (epsilon 1e-8, not Keras' 1e-7), the
     learning rate warmed up over ``warmup_steps`` (:class:`WarmUp`); with

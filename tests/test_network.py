@@ -122,3 +122,36 @@ def test_train_from_freezes_the_layers_before_it():
     assert message.startswith("--train_from=fc9: expected a layer of the "
                               "encoder: conv1_1")
     assert "fc1" in message
+
+
+def test_reestimated_batch_norm_holds_each_layers_input_statistics():
+    from cosine_metric_learning import model as model_lib
+    inputs = keras.Input((4,))
+    first = keras.layers.Dense(3, use_bias=False, name="first")
+    second = keras.layers.Dense(2, use_bias=False, name="second")
+    norm1 = keras.layers.BatchNormalization(epsilon=1e-3, name="norm1")
+    norm2 = keras.layers.BatchNormalization(epsilon=1e-3, name="norm2")
+    dropout = keras.layers.Dropout(0.5)
+    outputs = norm2(second(dropout(norm1(first(inputs)))))
+    model = keras.Model(inputs, outputs)
+    rng = np.random.default_rng(0)
+    images = (rng.normal(size=(37, 4)) * [1, 2, 3, 4] + 5).astype(np.float32)
+    w1, w2 = first.get_weights()[0], second.get_weights()[0]
+    beta = np.array([0.5, -1.0, 2.0], np.float32)  # an offset learnt
+    norm1.beta.assign(beta)
+    names = model_lib.reestimate_batch_norm(model, images, batch_size=8)
+    assert names == ["norm1", "norm2"]
+    # by hand, in float64: the first layer's inputs, then the second's
+    # through the first normalised with its new statistics, no dropout
+    x1 = images.astype(np.float64) @ w1
+    mean1, var1 = x1.mean(0), x1.var(0)
+    x2 = ((x1 - mean1) / np.sqrt(var1 + 1e-3) + beta) @ w2
+    np.testing.assert_allclose(norm1.moving_mean.numpy(), mean1, rtol=1e-5)
+    np.testing.assert_allclose(norm1.moving_variance.numpy(), var1,
+                               rtol=1e-4)
+    np.testing.assert_allclose(norm2.moving_mean.numpy(), x2.mean(0),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(norm2.moving_variance.numpy(), x2.var(0),
+                               rtol=1e-4)
+    # the weights are untouched
+    np.testing.assert_array_equal(first.get_weights()[0], w1)

@@ -333,7 +333,8 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
     assert np.median([w / h for w, h in sizes]) == pytest.approx(0.5,
                                                                  abs=0.02)
     # the triplet loss, and only the last fully-connected layer onwards
-    # trained: the convolutions are the start model's, to the bit
+    # trained: the convolutions are the start model's, to the bit, their
+    # batch-norm statistics those of the tracklets' crops
     recorded = json.loads((out / "run" / "run.json").read_text())
     assert recorded["loss_mode"] == "triplet"
     assert report["fine_tuning"]["train_from"] == "fc1"
@@ -343,13 +344,27 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
     assert report["fine_tuning"]["pairs_seen_together"] > 0
     from cosine_metric_learning import checkpoints
     tuned, _ = checkpoints.load_encoder(report["adapted"])
+    statistics, _ = checkpoints.load_encoder(report["fine_tuning"][
+        "starts_from"])
+    assert report["fine_tuning"]["starts_from"] == str(
+        out / "statistics" / "ckpt-1")
     start = trained[1]
+    moved = []
     for layer in start.layers:
-        for old, new in zip(layer.weights, tuned.get_layer(
-                layer.name).weights):
+        for old, new, reestimated in zip(
+                layer.weights, tuned.get_layer(layer.name).weights,
+                statistics.get_layer(layer.name).weights):
+            if "moving_" in old.path:
+                moved.append(not np.allclose(old.numpy(), reestimated.numpy()))
+                if layer.name != "fc1_bn":  # frozen since
+                    np.testing.assert_array_equal(new.numpy(),
+                                                  reestimated.numpy())
+                continue
             same = np.array_equal(old.numpy(), new.numpy())
             assert same == (layer.name not in ("fc1", "fc1_bn")), \
                 (layer.name, old.name)
+            np.testing.assert_array_equal(old.numpy(), reestimated.numpy())
+    assert len(moved) == 28 and all(moved)  # 14 layers' means, variances
     # the check on the held-out frames (the last fifth, never trained on)
     held = report["held_out"]
     assert held["first_frames"] == {"SCENE-01": 65}

@@ -20,9 +20,9 @@ command.
    moving averages are still on their way from their initial values):
    ``OUT/statistics/``. That model is fine-tuned on the tracklets (its
    network and input size) with the soft-margin batch-hard triplet
-   loss, only its last fully-connected layer and what follows it trained (the convolutions
-   keep what they learnt from labelled people), at a tenth of training's
-   learning rate: ``OUT/run/``. A tracklet's negatives are only the
+   loss, only its last fully-connected layer and what follows it
+   trained (the convolutions keep what they learnt from labelled
+   people), at a tenth of training's learning rate: ``OUT/run/``. A tracklet's negatives are only the
    tracklets seen in one frame with it (different people for sure): one
    person's tracklets before and after an occlusion are not pushed
    apart.

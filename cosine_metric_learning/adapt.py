@@ -22,10 +22,10 @@ command.
    network and input size) with the soft-margin batch-hard triplet
    loss, only its last fully-connected layer and what follows it
    trained (the convolutions keep what they learnt from labelled
-   people), at a tenth of training's learning rate: ``OUT/run/``. A tracklet's negatives are only the
-   tracklets seen in one frame with it (different people for sure): one
-   person's tracklets before and after an occlusion are not pushed
-   apart.
+   people), at a tenth of training's learning rate: ``OUT/run/``. A
+   tracklet's negatives are only the tracklets seen in one frame with
+   it (different people for sure): one person's tracklets before and
+   after an occlusion are not pushed apart.
 3. The self-calibrated gate of the model before and after, measured on
    the tracklets of the whole sequences: the cosine distance that lets
    {false_accept} of the same-frame (different people) pairs through,

@@ -242,8 +242,8 @@ def reestimate_statistics(checkpoint, filenames, directory, seed=0):
     if len(filenames) > STATISTICS_IMAGES:
         filenames = np.sort(np.random.default_rng(seed).choice(
             filenames, STATISTICS_IMAGES, replace=False))
-    images = preprocessing.preprocess(preprocessing.read_patches(
-        filenames, shape), input_is_bgr=True).numpy()
+    images = preprocessing.make_batch_loader(shape)(
+        tf.constant([str(f) for f in filenames])).numpy()
     names = model_lib.reestimate_batch_norm(encoder, images)
     logging.info("Re-estimated the statistics of %d batch-norm layers on "
                  "%d crops", len(names), len(images))

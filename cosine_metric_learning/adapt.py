@@ -73,6 +73,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from cosine_metric_learning import checkpoints, cli, export as export_lib
+from cosine_metric_learning import features as features_lib
 from cosine_metric_learning import files, mot_sequences, preprocessing
 from cosine_metric_learning import run_settings, search, settings, tracking
 from cosine_metric_learning import model as model_lib
@@ -119,6 +120,14 @@ REPORT_NAME = "adapt.json"
 STATISTICS = "statistics"
 # crops the statistics are estimated on, at most
 STATISTICS_IMAGES = 2000
+# one person's tracklets before and after an occlusion, linked into one
+# identity of the fine-tuning: two tracklets of one sequence, the second
+# starting at most LINK_MAX_GAP frames after the first ends (a gap Deep
+# SORT bridges), each the other's nearest such under the re-estimated
+# model, their mean features closer than all but LINK_FALSE_ACCEPT of the
+# pairs seen together (different people)
+LINK_MAX_GAP = tracking.DEFAULTS["max_age"]
+LINK_FALSE_ACCEPT = 0.05
 # what the command writes in --output_dir
 OWN = {"tracklets", STATISTICS, "run", REPORT_NAME,
        *(name for _, name in EXPORTS.values() if name)}
@@ -251,6 +260,82 @@ def reestimate_statistics(checkpoint, filenames, directory, seed=0):
     run_settings.record(directory, run_settings.settings(
         "tracklets", LOSS, shape, checkpoints.network_of(checkpoint)))
     return export_lib.write_encoder_checkpoint(encoder, prefix)
+
+
+def tracklet_features(checkpoint, identities):
+    """The unit mean of the unit features of each tracklet's crops under
+    the model at ``checkpoint``: ``(C, D)`` over ``identities.ids``."""
+    encoder, _ = checkpoints.load_encoder(checkpoint)
+    encode = features_lib.make_encode_fn(
+        encoder, tuple(encoder.input_shape[1:]), batch_size=64)
+    features = encode(np.asarray([str(f) for f in identities.filenames]))
+    features /= np.linalg.norm(features, axis=1, keepdims=True)
+    labels = len(identities.label_names)
+    means = np.zeros((labels, features.shape[1]))
+    np.add.at(means, identities.ids, features)
+    return means / np.linalg.norm(means, axis=1, keepdims=True)
+
+
+def link_tracklets(features, spans, distinct, max_gap=LINK_MAX_GAP,
+                   false_accept=LINK_FALSE_ACCEPT):
+    """One person's tracklets found again across short gaps.
+
+    ``features``: ``(C, D)`` unit features of the tracklets; ``spans``:
+    ``(sequence, first frame, last frame)`` of each; ``distinct``: bool
+    ``(C, C)``, the pairs seen together. A tracklet is linked to a later
+    one of its sequence that starts 1 to ``max_gap`` frames after it ends
+    where each is the other's nearest such, not seen together, and their
+    cosine distance is below the ``false_accept`` quantile of the pairs
+    seen together (different people for sure). Returns ``(identity,
+    links, threshold)``: the pseudo-identity of each tracklet (``(C,)``,
+    0..K-1, chains of linked tracklets as one), the links ``(a, b,
+    distance)``, and the threshold (None where no pair was seen together:
+    nothing linked)."""
+    count = len(features)
+    distances = 1.0 - features @ features.T
+    different = distances[np.triu(distinct, 1)]
+    identity = np.arange(count)
+    if not len(different):
+        return identity, [], None
+    threshold = float(np.quantile(different, false_accept))
+    gap = np.array([[spans[b][1] - spans[a][2]
+                     if spans[a][0] == spans[b][0] else -1
+                     for b in range(count)] for a in range(count)])
+    allowed = (gap >= 1) & (gap <= max_gap) & ~distinct & \
+        (distances < threshold)
+    masked = np.where(allowed, distances, np.inf)
+    following, preceding = masked.argmin(axis=1), masked.argmin(axis=0)
+    links = [(a, int(following[a]), float(masked[a, following[a]]))
+             for a in range(count) if np.isfinite(masked[a, following[a]])
+             and preceding[following[a]] == a]
+    for a, b, _ in sorted(links, key=lambda link: spans[link[0]][1]):
+        identity[b] = identity[a]  # chains go forward in time
+    return np.unique(identity, return_inverse=True)[1], links, threshold
+
+
+def pseudo_identities(identities, distinct, identity):
+    """``identities`` (a training split of tracklets) and ``distinct``
+    (their pairs seen together) relabelled with the tracklets'
+    ``identity`` of :func:`link_tracklets`: each linked chain one label,
+    named by its tracklets joined with ``+``; two identities are distinct
+    where any of their tracklets were seen together."""
+    count = int(identity.max()) + 1
+    names = ["+".join(n for n, i in zip(identities.label_names, identity)
+                      if i == k) for k in range(count)]
+    members = np.eye(count, dtype=int)[identity]  # (C, K)
+    together = (members.T @ distinct.astype(int) @ members) > 0
+    return dataclasses.replace(identities, ids=identity[identities.ids],
+                               label_names=names), together
+
+
+def tracklet_spans(label_names, manifest):
+    """``(sequence, first frame, last frame)`` of each of the tracklets
+    ``label_names``, as the tracklets' manifest records them."""
+    if "spans" not in manifest:
+        raise UsageError("the tracklets' manifest.json does not record the "
+                         "tracklets' frames (written by an earlier "
+                         "version); give a new --output_dir")
+    return [tuple(manifest["spans"][name]) for name in label_names]
 
 
 def distinct_labels(label_names, manifest):
@@ -493,11 +578,19 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
     start = reestimate_statistics(prefix, identities.filenames,
                                   os.path.join(output_dir, STATISTICS))
     config = dataclasses.replace(config, restore_path=start)
+    distinct = distinct_labels(identities.label_names, manifest)
+    identity, links, threshold = link_tracklets(
+        tracklet_features(start, identities),
+        tracklet_spans(identities.label_names, manifest), distinct)
+    linked, distinct = pseudo_identities(identities, distinct, identity)
+    logging.info("%d tracklets linked to others across gaps of at most %d "
+                 "frames: %d identities for the fine-tuning", len(links),
+                 LINK_MAX_GAP, len(linked.label_names))
     dataset = DatasetSpec(
-        name="tracklets", num_classes=len(identities.label_names),
-        read_train=lambda _: identities, default_dataset_dir=folder,
-        image_shape=shape, label_names=identities.label_names,
-        distinct=distinct_labels(identities.label_names, manifest))
+        name="tracklets", num_classes=len(linked.label_names),
+        read_train=lambda _: linked, default_dataset_dir=folder,
+        image_shape=shape, label_names=linked.label_names,
+        distinct=distinct)
     run_dir = os.path.join(output_dir, "run")
     latest = tf.train.latest_checkpoint(run_dir)
     if latest is not None and checkpoints.checkpoint_step(latest) >= \
@@ -529,7 +622,15 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
                         "tracklets' crops",
                         "negatives": "tracklets seen in one frame",
                         "pairs_seen_together": len(
-                            manifest["seen_together"])},
+                            manifest["seen_together"]),
+                        "linked": {
+                            "identities": len(linked.label_names),
+                            "max_gap": LINK_MAX_GAP,
+                            "false_accept": LINK_FALSE_ACCEPT,
+                            "threshold": threshold,
+                            "links": [[identities.label_names[a],
+                                       identities.label_names[b], distance]
+                                      for a, b, distance in links]}},
         "before": before, "after": after, "held_out": held_out,
         "verdict": held_out["verdict"], "keep": keep, "kept": kept,
         "kept_why": kept_why(keep, held_out),
@@ -562,10 +663,12 @@ def _remove_new_run(output_dir, created):
 
 
 def format_report(report):
+    tuning = report["fine_tuning"]
     lines = [f"{report['tracklets']['identities']} tracklets "
              f"({report['tracklets']['crops']} crops, "
-             f"{report['fine_tuning']['pairs_seen_together']} pairs seen "
-             "together), "
+             f"{tuning['pairs_seen_together']} pairs seen together; "
+             f"{len(tuning['linked']['links'])} linked across gaps: "
+             f"{tuning['linked']['identities']} identities), "
              f"{report['number_of_steps']} steps from {report['model']}",
              f"{'':8s} {'gate':>7s} {'false accepts':>14s} "
              f"{'false rejects':>14s} {'IDF1':>6s}"]

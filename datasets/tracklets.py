@@ -448,7 +448,9 @@ def extract_sequences(sequences, output_dir, model="none",
                 "identities": {},
                 # the pairs of identities seen in one frame: different
                 # people (any other two may be one person)
-                "seen_together": []}
+                "seen_together": [],
+                # each identity's sequence, first and last frame
+                "spans": {}}
     selected = []
     for sequence, rows, features, result in tracked:
         if encoder is not None:  # tracked again, with the model
@@ -463,6 +465,11 @@ def extract_sequences(sequences, output_dir, model="none",
         selected.append((sequence, crops if patch_shape is None else
                          encoder_crops(sequence, rows, pieces, crops,
                                        patch_shape)))
+        for number, piece in enumerate(pieces, 1):
+            frames = rows[np.asarray(piece, int), 0]
+            manifest["spans"][mot_crops.identity_name(
+                sequence.name, number)] = [sequence.name, int(frames.min()),
+                                           int(frames.max())]
         numbers = collections.Counter(piece for piece, _, _ in crops)
         manifest["sources"].append({
             "sequence": sequence.name,

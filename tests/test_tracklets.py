@@ -342,6 +342,21 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
     assert report["fine_tuning"]["pairs_seen_together"] == len(json.loads(
         (out / "tracklets" / "manifest.json").read_text())["seen_together"])
     assert report["fine_tuning"]["pairs_seen_together"] > 0
+    # tracklets linked across short gaps: each link joins two identities
+    # of the fine-tuning, which the run's labels name
+    manifest = json.loads((out / "tracklets" / "manifest.json").read_text())
+    linked = report["fine_tuning"]["linked"]
+    assert linked["identities"] == report["tracklets"]["identities"] - len(
+        linked["links"])
+    for a, b, distance in linked["links"]:
+        (sequence, _, end), (other, start, _) = (manifest["spans"][a],
+                                                 manifest["spans"][b])
+        assert sequence == other and 1 <= start - end <= linked["max_gap"]
+        assert distance < linked["threshold"]
+    labels = json.loads((out / "run" / "labels.json").read_text())["labels"]
+    assert sorted(n for name in labels.values() for n in name.split("+")) \
+        == sorted(manifest["identities"])
+    assert len(labels) == linked["identities"]
     from cosine_metric_learning import checkpoints
     tuned, _ = checkpoints.load_encoder(report["adapted"])
     statistics, _ = checkpoints.load_encoder(report["fine_tuning"][
@@ -573,3 +588,78 @@ def test_held_out_ranking_and_verdict_against_hand_counts():
                                    np.zeros((0, 2), int), 0)
     assert nothing["verdict"] == "unchecked" and "0 tracklets" in \
         nothing["why"]
+
+
+def _unit(*angles):  # 2-D unit features at these angles (degrees)
+    radians = np.radians(angles)
+    return np.stack([np.cos(radians), np.sin(radians)], axis=1)
+
+
+def test_tracklets_are_linked_across_short_gaps_to_their_nearest():
+    from cosine_metric_learning import adapt
+    # one sequence: tracklets 0 and 1 seen together (frames 1-10); 2 and
+    # 3 start after them, 4 long after; 5 in another sequence
+    spans = [("A", 1, 10), ("A", 5, 10), ("A", 13, 20), ("A", 12, 30),
+             ("A", 80, 90), ("B", 11, 20)]
+    distinct = np.zeros((6, 6), bool)
+    distinct[0, 1] = distinct[1, 0] = True
+    distinct[2, 3] = distinct[3, 2] = True
+    # 2 is near 0 (5 degrees) and 1 (8), 3 near 1 (3), 4 and 5 at 0's
+    features = _unit(0, 90, 5, 93, 0, 0)
+    identity, links, threshold = adapt.link_tracklets(
+        features, spans, distinct, max_gap=30, false_accept=0.5)
+    # the threshold: the median of the two seen-together distances
+    expected = np.median([1 - np.cos(np.radians(90)),
+                          1 - np.cos(np.radians(88))])
+    assert threshold == pytest.approx(expected)
+    # 0-2 and 1-3 link; 4 starts too late, 5 is another sequence
+    assert [(a, b) for a, b, _ in links] == [(0, 2), (1, 3)]
+    assert links[0][2] == pytest.approx(1 - np.cos(np.radians(5)))
+    assert identity.tolist() == [0, 1, 0, 1, 2, 3]
+    # a tighter gap and nothing links; with no pair seen together neither
+    assert adapt.link_tracklets(features, spans, distinct, max_gap=1)[1] == []
+    identity, links, threshold = adapt.link_tracklets(
+        features, spans, np.zeros((6, 6), bool), max_gap=30)
+    assert (identity.tolist(), links, threshold) == (list(range(6)), [], None)
+
+
+def test_links_are_mutual_chain_forward_and_stay_under_the_threshold():
+    from cosine_metric_learning import adapt
+    # 0 then 1 then 2, one after the other; 3 seen with each; 4 after 0
+    # but 1 is nearer to 0, so 4 stays alone
+    spans = [("A", 1, 10), ("A", 12, 20), ("A", 22, 30), ("A", 1, 30),
+             ("A", 14, 18)]
+    distinct = np.zeros((5, 5), bool)
+    for a in range(3):
+        distinct[a, 3] = distinct[3, a] = True
+    distinct[4, 3] = distinct[3, 4] = True
+    features = _unit(0, 2, 4, 90, 10)
+    identity, links, _ = adapt.link_tracklets(
+        features, spans, distinct, max_gap=30, false_accept=0.05)
+    assert [(a, b) for a, b, _ in links] == [(0, 1), (1, 2)]
+    assert identity.tolist() == [0, 0, 0, 1, 2]
+    # 1 as far from 0 as the people seen together: below no threshold
+    features = _unit(0, 90, 92, 180, 10)
+    identity, links, threshold = adapt.link_tracklets(
+        features, spans, distinct, max_gap=30, false_accept=0.05)
+    assert all(distance < threshold for _, _, distance in links)
+    assert (0, 1) not in [(a, b) for a, b, _ in links]
+
+
+def test_pseudo_identities_join_labels_and_their_negatives():
+    from cosine_metric_learning import adapt
+    from cosine_metric_learning.datasets.util import TrainSplit
+    split = TrainSplit(filenames=np.array(list("abcdef")),
+                       ids=np.array([0, 0, 1, 2, 2, 3]),
+                       cameras=np.full(6, -1),
+                       label_names=["t1", "t2", "t3", "t4"])
+    distinct = np.zeros((4, 4), bool)
+    distinct[1, 2] = distinct[2, 1] = True  # t2 seen with t3
+    linked, together = adapt.pseudo_identities(
+        split, distinct, np.array([0, 1, 0, 2]))  # t1 and t3 one person
+    assert linked.ids.tolist() == [0, 0, 1, 0, 0, 2]
+    assert linked.label_names == ["t1+t3", "t2", "t4"]
+    assert linked.filenames.tolist() == list("abcdef")
+    # t2 was seen with t3, so with t1+t3; t4 with no one
+    assert together.tolist() == [[False, True, False], [True, False, False],
+                                 [False, False, False]]

@@ -25,7 +25,11 @@ command.
    people), at a tenth of training's learning rate: ``OUT/run/``. A
    tracklet's negatives are only the tracklets seen in one frame with
    it (different people for sure): one person's tracklets before and
-   after an occlusion are not pushed apart.
+   after an occlusion are not pushed apart. Those found again are one
+   identity of the fine-tuning: a tracklet and one starting at most
+   {link_max_gap} frames after it ends (Deep SORT's ``max_age``), each the
+   other's nearest such under the re-estimated model, their mean features
+   closer than all but {link_false_accept} of the pairs seen together.
 3. The self-calibrated gate of the model before and after, measured on
    the tracklets of the whole sequences: the cosine distance that lets
    {false_accept} of the same-frame (different people) pairs through,
@@ -144,7 +148,9 @@ REPORT = files.json_kind({"model", "checkpoint", "sequences", "settings",
 __doc__ = __doc__.format(  # the numbers as the code sets them
     false_accept=f"{100 * tracklets.GATE_FALSE_ACCEPT:g} %",
     false_reject=f"{100 * tracklets.GATE_FALSE_REJECT:g} %",
-    statistics_images=f"{STATISTICS_IMAGES:,}")
+    statistics_images=f"{STATISTICS_IMAGES:,}",
+    link_max_gap=LINK_MAX_GAP,
+    link_false_accept=f"{100 * LINK_FALSE_ACCEPT:g} %")
 
 
 def _digest(path):

@@ -304,11 +304,10 @@ def link_tracklets(features, spans, distinct, max_gap=LINK_MAX_GAP,
     if not len(different):
         return identity, [], None
     threshold = float(np.quantile(different, false_accept))
-    gap = np.array([[spans[b][1] - spans[a][2]
-                     if spans[a][0] == spans[b][0] else -1
-                     for b in range(count)] for a in range(count)])
-    allowed = (gap >= 1) & (gap <= max_gap) & ~distinct & \
-        (distances < threshold)
+    sequence, first, last = (np.asarray(column) for column in zip(*spans))
+    gap = first[None, :] - last[:, None]  # from the end of a to b's start
+    allowed = (sequence[:, None] == sequence[None, :]) & (gap >= 1) & \
+        (gap <= max_gap) & ~distinct & (distances < threshold)
     masked = np.where(allowed, distances, np.inf)
     following, preceding = masked.argmin(axis=1), masked.argmin(axis=0)
     links = [(a, int(following[a]), float(masked[a, following[a]]))

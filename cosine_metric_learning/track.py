@@ -438,7 +438,7 @@ def calibrate(path, sequences, rows_of, parameters, cache):
         (model_features(path, s, rows_of[s.name], cache), rows_of[s.name],
          cache[("pieces", s.name)]) for s in sequences)
     if gate is not None:
-        gate["conventions"] = dict(tracklets.gate_conventions(gate["gate"]))
+        gate["conventions"] = dict(tracking.gate_settings(gate["gate"]))
     return gate
 
 
@@ -497,7 +497,8 @@ def format_gates(entry, given, model=None):
             + ("; used, as --max_cosine_distance=auto asks"
                if given == AUTO else ""))
         lines.extend(f"    {tracker}: {setting}" for tracker, setting
-                     in calibrated["conventions"].items())
+                     in tracking.gate_settings(calibrated["gate"],
+                                               notes=True))
     if "best" in entry:
         best = entry["best"]["parameters"]
         gate = entry.get("ground_truth_gate")

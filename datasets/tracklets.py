@@ -288,16 +288,6 @@ def describe_gate(gate):
             f"{gate['bound']})")
 
 
-def gate_conventions(gate):
-    """The gate as each tracker states it: ``[(tracker, setting)]``."""
-    return [
-        ("Deep SORT", f"--max_cosine_distance={gate:.4g}"),
-        ("BoxMOT (BoT-SORT, StrongSORT: half the cosine distance)",
-         f"appearance_thresh={gate / 2:.4g}"),
-        ("Ultralytics BoT-SORT (a similarity: 1 - distance)",
-         f"appearance_thresh: {1 - gate:.4g}")]
-
-
 def motion_pieces(sequence, rows, parameters=None, **cut):
     """The pieces of ``rows``' motion-only tracks (appearance off: random
     features), cut as :func:`cut_tracklets` cuts; the tracklets a gate is
@@ -519,8 +509,8 @@ def format_report(manifest, output_dir):
     if gate:
         lines.append(f"self-calibrated gate of {manifest['model']}: "
                      + describe_gate(gate))
-        lines.extend(f"  {tracker}: {setting}"
-                     for tracker, setting in gate_conventions(gate["gate"]))
+        lines.extend(f"  {tracker}: {setting}" for tracker, setting
+                     in tracking.gate_settings(gate["gate"], notes=True))
     return "\n".join(lines)
 
 

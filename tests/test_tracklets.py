@@ -15,6 +15,7 @@ from cosine_metric_learning.datasets import image_folder, synthetic
 from cosine_metric_learning.datasets import tracklets
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from tests.conftest import one_error_line, run_script
+from tests.helpers import gates
 
 
 def _row(frame, left, confidence=0.9, top=10, width=20, height=40):
@@ -99,10 +100,38 @@ def test_the_gate_from_known_distributions():
     assert tracklets.self_calibrated_gate(
         same, different, false_accept=0.2, false_reject=0.25)["gate"] == 0.3
     assert tracklets.self_calibrated_gate(same, []) is None
-    conventions = dict(tracklets.gate_conventions(0.04))
-    assert conventions["Deep SORT"] == "--max_cosine_distance=0.04"
-    assert "appearance_thresh=0.02" in conventions.values()
-    assert "appearance_thresh: 0.96" in conventions.values()
+    # each tracker's statement of a gate of 0.04, as its code reads it
+    # (tests/consumers/check_gates.py runs them through the trackers)
+    assert dict(tracking.gate_settings(0.04)) == {
+        "Deep SORT": "--max_cosine_distance=0.04",
+        "BoxMOT BoT-SORT 25": "appearance_thresh=0.04",
+        "BoxMOT StrongSORT 25": "max_cos_dist=0.04",
+        "Ultralytics BoT-SORT 8.4": "appearance_thresh: 0.98"}
+    noted = dict(tracking.gate_settings(0.04, notes=True))
+    assert noted["BoxMOT BoT-SORT 25"].startswith("appearance_thresh=0.04 (")
+    assert "unconfirmed" in noted["BoxMOT BoT-SORT 25"]
+
+
+@pytest.mark.parametrize("gate", [0.1, 0.3])
+def test_deep_sort_setting_accepts_inside_the_gate_and_rejects_outside(gate):
+    """The printed Deep SORT setting, in Deep SORT's tracker: a
+    confirmed track missed for a frame (so its IoU stage cannot take it
+    up) keeps its detection at a cosine distance just inside the gate
+    and loses the one just outside."""
+    name, value = gates.printed_setting("Deep SORT", gate)
+    parameters = {**{k: tracking.DEFAULTS[k]
+                     for k in tracking.TRACKER_PARAMETERS}, name: value}
+    for distance, accepted in zip(gates.inside_and_outside(gate),
+                                  (True, False)):
+        seen, later = gates.pair_at(distance)
+        # frames 1-3 confirm the track (n_init=3); frame 4 misses it
+        rows = np.asarray([[frame, -1, 100, 100, 50, 100, 1]
+                           for frame in (1, 2, 3, 5)], float)
+        matches = []
+        tracking.run_tracker(rows, np.stack([seen] * 3 + [later]), 5,
+                             matches=matches, **parameters)
+        assert ((5, 1, 3) in matches) == accepted, distance
+        assert (3, 1, 2) in matches
 
 
 def test_pairs_are_a_pieces_boxes_apart_and_a_frames_boxes():

@@ -70,9 +70,10 @@ def compare(gallery, queries, folder, args, exclude_self=False):
     """Index ``gallery`` and rank ``queries`` both ways; the numbers."""
     import faiss
     write_shards(os.path.join(folder, "features"), gallery, args.shard_size)
+    # synthetic features, or the encoded ones written here again: no model
     report = search.build(os.path.join(folder, "features"),
                           os.path.join(folder, "index"), kind=args.codes,
-                          log=lambda _: None)
+                          log=lambda _: None, allow_unknown_model=True)
     k = args.top_k + (1 if exclude_self else 0)
     exact_index = faiss.IndexFlatIP(gallery.shape[1])
     exact_index.add(gallery)
@@ -167,11 +168,57 @@ def main(argv=None):
     parser.add_argument("--encode_shard_size", type=int, default=500)
     parser.add_argument("--output_json", default=None)
     args = parser.parse_args(argv)
+    from cosine_metric_learning.errors import report_errors
+    return report_errors([sys.argv[0]], lambda: run(args), {
+        "sizes": "--sizes", "queries": "--queries",
+        "single_queries": "--single_queries", "top_k": "--top_k",
+        "candidates": "--candidates", "nprobe": "--nprobe",
+        "dim": "--dim", "per_identity": "--per_identity",
+        "shard_size": "--shard_size", "workers": "--workers",
+        "encode_shard_size": "--encode_shard_size"})
+
+
+def _ratio(value):
+    """A speed ratio as the table prints it: two significant digits."""
+    return f"{value:.2g}x" if value < 10 else f"{value:.0f}x"
+
+
+def check_args(args):
+    """One line for a value that would fail later (a division by no
+    queries, an empty gallery)."""
+    from cosine_metric_learning.errors import ArgumentError
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")]
+    except ValueError:
+        raise ArgumentError("sizes", args.sizes, "expected comma-separated "
+                            "gallery sizes") from None
+    for name in ("queries", "single_queries", "top_k", "candidates", "dim",
+                 "per_identity", "shard_size", "workers",
+                 "encode_shard_size"):
+        if getattr(args, name) < 1:
+            raise ArgumentError(name, getattr(args, name),
+                                "expected at least 1")
+    for size in sizes:
+        if size < max(args.top_k, 1):
+            raise ArgumentError("sizes", args.sizes, f"a gallery of {size}: "
+                                f"expected at least --top_k ({args.top_k}) "
+                                "features")
+    if args.nprobe is not None and args.nprobe < 1:
+        raise ArgumentError("nprobe", args.nprobe, "expected at least 1")
+    if bool(args.images) != bool(args.model):
+        raise ArgumentError("images" if args.images else "model",
+                            args.images or args.model,
+                            "--images and --model go together")
+    return sizes
+
+
+def run(args):
+    sizes = check_args(args)
     search.require_faiss()
     rows, encoded = [], None
     tmp = tempfile.mkdtemp(prefix="gallery.")
     try:
-        for number, size in enumerate(int(s) for s in args.sizes.split(",")):
+        for number, size in enumerate(sizes):
             gallery, draw = synthetic_gallery(size, args.dim,
                                               args.per_identity, args.spread,
                                               seed=number)
@@ -196,15 +243,16 @@ def main(argv=None):
         print(f"{kind[-16:]:>16s} {row['gallery']:>9d} "
               f"{row['recall@1']:9.3f} {row['recall@10']:10.3f} "
               f"{row['exact_qps']:7.0f} {row['ann_qps']:7.0f} "
-              f"{row['speed-up']:5.0f}x "
+              f"{_ratio(row['speed-up']):>6s} "
               f"{row['exact_qps_one_at_a_time']:8.0f} "
               f"{row['ann_qps_one_at_a_time']:8.0f} "
-              f"{row['speed-up_one_at_a_time']:7.0f}x "
+              f"{_ratio(row['speed-up_one_at_a_time']):>8s} "
               f"{row['build_seconds']:8.1f} "
               f"{row['index_bytes'] / 1e6:9.1f} "
               f"{row['features_bytes'] / 1e6:12.1f} "
               f"{row['nprobe']:>7d}")
-    print(f"({rows[0][1]['factory'] if rows else ''}: --nprobe="
+    factories = sorted({row["factory"] for _, row in rows})
+    print(f"(indexes {', '.join(factories)}: --nprobe="
           f"{args.nprobe or 'default'} --candidates={args.candidates}; "
           f"{args.queries} queries)")
     if encoded:

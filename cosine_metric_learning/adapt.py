@@ -79,7 +79,7 @@ from absl import app, flags, logging
 from cosine_metric_learning import checkpoints, cli, export as export_lib
 from cosine_metric_learning import features as features_lib
 from cosine_metric_learning import files, mot_sequences, preprocessing
-from cosine_metric_learning import run_settings, search, settings, tracking
+from cosine_metric_learning import run_settings, settings, tracking
 from cosine_metric_learning import model as model_lib
 from cosine_metric_learning import track
 from cosine_metric_learning.datasets import image_folder, tracklets
@@ -155,7 +155,7 @@ __doc__ = __doc__.format(  # the numbers as the code sets them
 
 def _digest(path):
     """The SHA-256 of a file's bytes, or None where it does not exist."""
-    return search.digest(path) if os.path.isfile(path) else None
+    return files.digest(path) if os.path.isfile(path) else None
 
 
 def _inputs(model, prefix, sequences, settings):

@@ -7,7 +7,7 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from cosine_metric_learning import release, run_settings
+from cosine_metric_learning import files, release, run_settings
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.nets.deep_sort import network_definition
@@ -285,3 +285,17 @@ def remove_partial(run_dir, step):
                 tf.io.gfile.rmtree(path)
             else:
                 tf.io.gfile.remove(path)
+
+
+def model_identity(path):
+    """``{"path", "sha256"}`` of a model as :func:`encoder.load` resolves
+    it: a file's digest, a checkpoint's index file's, a SavedModel's
+    graph's."""
+    if os.path.isfile(path):
+        target = path
+    elif os.path.isfile(os.path.join(path, "saved_model.pb")):
+        target = os.path.join(path, "saved_model.pb")
+    else:
+        path = resolve_checkpoint(path)
+        target = path + ".index"
+    return {"path": os.path.abspath(path), "sha256": files.digest(target)}

@@ -10,21 +10,24 @@ the runtime (``.onnx`` runs on ONNX Runtime or OpenVINO).
 glob pattern. Each image is read and resized to the model's input size as
 the training pipeline reads it (``preprocessing.read_patches``). ``.npy``
 output writes the features and the file names, one per row, to
-``<output stem>.filenames.txt`` beside them; ``.mat`` output holds both
-(keys ``features`` and ``filenames``).
+``<output stem>.filenames.txt`` beside them, and the model that encoded
+them (its path and digest) to ``<output stem>.model.json``, which
+``search build`` checks; ``.mat`` output holds features and names (keys
+``features`` and ``filenames``).
 """
 
 if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     from cosine_metric_learning import errors as _errors
     _errors.quiet_ctrl_c_while_starting()
 
+import json
 import os
 
 import numpy as np
 import scipy.io
 from absl import app, flags
 
-from cosine_metric_learning import cli
+from cosine_metric_learning import checkpoints, cli
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import features as features_lib
 from cosine_metric_learning import files, settings
@@ -67,7 +70,8 @@ def _outputs(output):
     extension = os.path.splitext(output)[1]
     if extension == ".npy":
         return [(output, FEATURES_NPY),
-                (files.names_path(output), _names_kind(output))]
+                (files.names_path(output), _names_kind(output)),
+                (files.model_record_path(output), files.MODEL_RECORD)]
     if extension == ".mat":
         return [(output, FEATURES_MAT)]
     raise ArgumentError("output", output, "expected a .npy or .mat file name")
@@ -79,15 +83,20 @@ def check_output(output):
         files.check_output(name, kind)
 
 
-def write_features(output, features, names):
-    """Write ``.npy`` (+ file names beside it) or ``.mat``; returns paths."""
+def write_features(output, features, names, model=None):
+    """Write ``.npy`` (+ file names and the record of ``model``, a
+    :func:`checkpoints.model_identity`, beside it) or ``.mat``; returns
+    paths."""
     outputs = _outputs(output)
-    if len(outputs) == 2:
-        (npy, npy_kind), (names_path, names_kind) = outputs
+    if len(outputs) == 3:
+        (npy, npy_kind), (names_path, names_kind), (record, record_kind) = \
+            outputs
         return files.write_together([
             (npy, lambda f: np.save(f, features), npy_kind, True),
             (names_path, lambda f: f.write(
-                "".join(name + "\n" for name in names)), names_kind, False)])
+                "".join(name + "\n" for name in names)), names_kind, False),
+            (record, lambda f: json.dump({"model": model}, f, indent=1),
+             record_kind, False)])
     return [files.write_atomically(output, lambda f: scipy.io.savemat(
         f, {"features": features,
             "filenames": np.asarray(names, dtype=object)}), FEATURES_MAT,
@@ -102,7 +111,8 @@ def main(argv):
         encoder = encoder_lib.load(config.model, config.batch_size,
                                    config.shape, config.backend)
         features = features_lib.encode_files(encoder, paths, config.batch_size)
-        for path in write_features(config.output, features, paths):
+        model = checkpoints.model_identity(config.model)
+        for path in write_features(config.output, features, paths, model):
             print(f"wrote {path}")
         return 0
 

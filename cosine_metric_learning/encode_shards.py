@@ -39,7 +39,7 @@ import time
 import numpy as np
 from absl import app, flags, logging
 
-from cosine_metric_learning import files, preprocessing, search
+from cosine_metric_learning import checkpoints, files, preprocessing
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.errors import parse_flags, report_errors
@@ -218,7 +218,7 @@ def run(model, images, output_dir, shard_size=10000, workers=2,
     for name in ("distributed", "tornado", "bokeh"):  # a line per shard
         pylogging.getLogger(name).setLevel(pylogging.ERROR)
     paths = list_files(images)
-    inputs = {"model": search.model_identity(model), "images": images,
+    inputs = {"model": checkpoints.model_identity(model), "images": images,
               "files": len(paths), "files_sha256": _files_digest(paths),
               "shard_size": shard_size}
     manifest = _start(output_dir, inputs)

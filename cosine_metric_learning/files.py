@@ -10,6 +10,7 @@ their work so a bad path fails at once.
 import contextlib
 import dataclasses
 import glob
+import hashlib
 import json
 import os
 import re
@@ -81,6 +82,9 @@ def _is_own_png(path):
 
 
 PNG = Kind("a PNG picture drawn by cosine_metric_learning", _is_own_png)
+# the model that encoded a feature file, beside it (model_record_path)
+MODEL_RECORD = json_kind({"model"}, "a model record written by this project "
+                         "(a JSON object with 'model')")
 
 
 def names_path(npy_path):
@@ -89,20 +93,51 @@ def names_path(npy_path):
     return os.path.splitext(npy_path)[0] + ".filenames.txt"
 
 
+def model_record_path(npy_path):
+    """The model record beside a feature file: ``<stem>.model.json``
+    (``encode``'s, naming the model that encoded the features)."""
+    return os.path.splitext(npy_path)[0] + ".model.json"
+
+
+def digest(path):
+    """SHA-256 of a file's bytes."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
 def check_writable(directory, path):
-    """Raise a UsageError naming ``path`` unless ``directory`` takes files."""
-    if not os.path.isdir(directory):
-        raise UsageError(f"cannot write {path}: the folder {directory} does "
-                         "not exist")
-    if not os.access(directory, os.W_OK):
-        raise UsageError(f"cannot write {path}: the folder {directory} is not "
+    """Raise a UsageError naming ``path`` unless ``directory`` takes files:
+    a folder, or missing folders (created when the output is written, as
+    :func:`make_parents` does) under a writable one."""
+    existing = os.path.abspath(directory)
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UsageError(f"cannot write {path}: {existing} is a file, not a "
+                         "folder")
+    if not os.access(existing, os.W_OK):
+        raise UsageError(f"cannot write {path}: the folder {existing} is not "
                          "writable")
+
+
+def make_parents(path):
+    """Create the missing folders above ``path`` (checked by
+    :func:`check_writable`)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror}") from e
 
 
 def check_output(path, kind):
     """Raise a UsageError unless ``path`` can be written as a ``kind``.
 
-    Its folder must exist and be writable; an existing ``path`` is replaced
+    Its folder must be writable (or missing under a writable one: the
+    writers create it); an existing ``path`` is replaced
     only if ``kind`` recognises it as an earlier output of the same kind.
     """
     check_writable(os.path.dirname(os.path.abspath(path)), path)
@@ -145,6 +180,8 @@ def write_together(outputs):
     """
     for path, _, kind, _ in outputs:
         check_output(path, kind)
+    for path, *_ in outputs:
+        make_parents(path)
     temporary = []
     try:
         for path, write, _, binary in outputs:
@@ -200,6 +237,7 @@ def replace_dir_atomically(directory, write, kind, errors=()):
     """
     directory = os.path.abspath(directory)
     check_output(directory, kind)
+    make_parents(directory)
     parent = os.path.dirname(directory)
     tmp = None
     try:

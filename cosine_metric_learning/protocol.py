@@ -102,7 +102,8 @@ def ann_ranking(query, gallery, distances, labels, codes):
                            np.asarray(gallery, np.float32),
                            range(len(gallery)))
         report = search.build(shards, os.path.join(tmp, "index"),
-                              kind=codes, log=lambda _: None)
+                              kind=codes, log=lambda _: None,
+                              allow_unknown_model=True)  # this run's own
         found, ids = search.Index(os.path.join(tmp, "index")).search(
             np.asarray(query, np.float32), top_k=depth,
             candidates=max(search.DEFAULTS["candidates"], depth))

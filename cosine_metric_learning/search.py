@@ -28,16 +28,19 @@ lists, at least 96: about the same share of the gallery whatever its
 size), then ranks those by
 their exact cosine distance, read from the shards (memory-mapped too),
 and keeps ``--top_k``. ``--output`` is ``.json`` (each query's ranked
-file names and distances) or ``.txt``, the kits' ranking layout: a line
-per query of the gallery file names, best first. An index built from
-another model's features is refused, as is a query of another dimension.
+file names and distances) or ``.txt``: a header line, then a line per
+query of the gallery file names, best first, tab-separated. An index
+built from another model's features is refused, as is a query of another
+dimension, and shards changed since the index was built. Every input of
+``build`` must record its model (a folder's ``manifest.json``, or the
+``.model.json`` that ``encode`` writes beside its ``.npy``), one model for
+all; ``--allow_unknown_model`` takes files without a record.
 """
 
 if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     from cosine_metric_learning import errors as _errors
     _errors.quiet_ctrl_c_while_starting()
 
-import hashlib
 import json
 import math
 import os
@@ -73,9 +76,20 @@ INDEX_REPORT = files.json_kind({"shards", "feature_dim", "count", "model"},
 RANKING_JSON = files.json_kind({"index", "queries"}, "a ranking written by "
                                "this command (a JSON object with 'index' "
                                "and 'queries')")
-RANKING_TXT = files.Kind("a ranking written by this command (a .txt of "
-                         "gallery file names)", lambda path: path.endswith(
-                             ".txt"))
+# the first line of a .txt ranking: what marks it as this command's
+RANKING_TXT_HEADER = ("# cosine_metric_learning.search ranking: a line per "
+                      "query, its gallery file names best first, "
+                      "tab-separated")
+
+
+def _is_ranking_txt(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.readline().rstrip("\n") == RANKING_TXT_HEADER
+
+
+RANKING_TXT = files.Kind("a ranking written by this command (a .txt whose "
+                         f"first line is '{RANKING_TXT_HEADER}')",
+                         _is_ranking_txt)
 
 
 def require_faiss():
@@ -88,22 +102,18 @@ def require_faiss():
     return faiss
 
 
-def digest(path):
-    """SHA-256 of a file's bytes."""
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
-
-
 # Shards ---------------------------------------------------------------------
 
-def write_shard(npy_path, features, names):
-    """A feature file and its file-name list, as ``encode`` writes them."""
+def write_shard(npy_path, features, names, model=None):
+    """A feature file and its file-name list, as ``encode`` writes them,
+    and, given ``model`` (:func:`checkpoints.model_identity`), its model
+    record."""
     np.save(npy_path, features)
     with open(files.names_path(npy_path), "w") as f:
         f.write("".join(f"{name}\n" for name in names))
+    if model is not None:
+        with open(files.model_record_path(npy_path), "w") as f:
+            json.dump({"model": model}, f, indent=1)
 
 
 def read_names(npy_path):
@@ -111,11 +121,30 @@ def read_names(npy_path):
         return f.read().splitlines()
 
 
-def find_shards(features):
+def read_model_record(npy_path):
+    """The model that encoded a feature file, as ``encode`` records it
+    beside the file; None where no record is there."""
+    path = files.model_record_path(npy_path)
+    if not os.path.isfile(path):
+        return None
+    if not files.MODEL_RECORD.matches(path):
+        raise ArgumentError("features", npy_path, f"its model record {path} "
+                            "is not a JSON object with 'model'")
+    with open(path) as f:
+        return json.load(f)["model"]
+
+
+def _model_name(model):
+    return "an unknown model" if model is None else model["path"]
+
+
+def find_shards(features, allow_unknown_model=False):
     """``(shard .npy paths in order, model or None)`` of ``--features``: a
-    comma-separated list of ``.npy`` feature files and folders of them;
-    the model is what the folders' ``manifest.json`` records (one model
-    for all, or a refusal)."""
+    comma-separated list of ``.npy`` feature files and folders of them.
+    The model of each entry is what a folder's ``manifest.json`` records,
+    or a file's model record (``encode`` writes it beside the file): one
+    model for all, or a refusal; an entry whose model is not recorded is
+    refused unless ``allow_unknown_model`` (the model is None then)."""
     paths, models = [], {}
     entries = [p for p in features.split(",") if p]
     if not entries:
@@ -140,19 +169,29 @@ def find_shards(features):
                 if not found:
                     raise ArgumentError("features", entry, "no shard of it "
                                         "is finished yet")
+            else:  # loose feature files, each with its own record
+                models.update((p, read_model_record(p)) for p in found)
             paths += found
         elif os.path.isfile(entry) and entry.endswith(".npy"):
+            models[entry] = read_model_record(entry)
             paths.append(entry)
         else:
             raise ArgumentError("features", entry, "expected a .npy feature "
                                 "file or a folder of them")
-    distinct = {json.dumps(m, sort_keys=True) for m in models.values()}
-    if len(distinct) > 1:
-        raise UsageError("the feature folders were encoded with different "
-                         "models: " + "; ".join(
-                             f"{entry}: {(m or {}).get('path')}"
-                             for entry, m in models.items()))
-    model = next(iter(models.values())) if models else None
+    known = {m["sha256"]: m for m in models.values() if m is not None}
+    if len(known) > 1:
+        raise UsageError("the features were encoded with different models: "
+                         + "; ".join(f"{entry}: {_model_name(m)}"
+                                     for entry, m in models.items()))
+    unknown = [entry for entry, m in models.items() if m is None]
+    if unknown and not allow_unknown_model:
+        raise ArgumentError(
+            "features", unknown[0], "no record of the model that encoded it "
+            f"({MANIFEST} in a folder of shards, or "
+            f"{os.path.basename(files.model_record_path('X.npy'))} beside a "
+            "file, as encode writes); encode it again, or allow it with "
+            "allow_unknown_model (--allow_unknown_model)")
+    model = None if unknown or not known else next(iter(known.values()))
     return paths, model
 
 
@@ -243,13 +282,15 @@ def _earlier_index(index_dir):
                            INDEX_REPORT)
 
 
-def build(features, index_dir, nlist=None, kind="sq8", seed=0, log=print):
+def build(features, index_dir, nlist=None, kind="sq8", seed=0, log=print,
+          allow_unknown_model=False):
     """Build the index of the shards ``features`` names into ``index_dir``;
-    returns what ``index.json`` records."""
+    returns what ``index.json`` records (``allow_unknown_model``: see
+    :func:`find_shards`)."""
     faiss = require_faiss()
     check_codes(kind)  # before the work
     _earlier_index(index_dir)
-    paths, model = find_shards(features)
+    paths, model = find_shards(features, allow_unknown_model)
     counts, dim = [], None
     for path in paths:
         rows, dim = check_shard(path, dim)
@@ -283,7 +324,7 @@ def build(features, index_dir, nlist=None, kind="sq8", seed=0, log=print):
             index.add(_unit(shard[begin:begin + 100_000]))
         log(f"added {path} ({counts[i]} features; {offsets[i + 1]}/{count})")
     report = {"shards": [{"path": os.path.abspath(p), "rows": r,
-                          "sha256": digest(p)}
+                          "sha256": files.digest(p), **_stamp(p)}
                          for p, r in zip(paths, counts)],
               "feature_dim": int(dim), "count": count, "model": model,
               "factory": factory, "nlist": nlist,
@@ -298,6 +339,13 @@ def build(features, index_dir, nlist=None, kind="sq8", seed=0, log=print):
     report["index_bytes"] = os.path.getsize(os.path.join(index_dir,
                                                          INDEX_FILE))
     return report
+
+
+def _stamp(path):
+    """A file's size and modification time: where both are as recorded,
+    the recorded digest is taken as the file's without reading it."""
+    stat = os.stat(path)
+    return {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
 # Query ----------------------------------------------------------------------
@@ -324,15 +372,51 @@ class Index:
         self.index = faiss.read_index(
             os.path.join(index_dir, INDEX_FILE),
             faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
-        self._shards = []
-        for shard in self.report["shards"]:
-            if not os.path.isfile(shard["path"]):
-                raise UsageError(f"the index {index_dir} covers "
-                                 f"{shard['path']}, which is gone")
-            self._shards.append(np.load(shard["path"], mmap_mode="r"))
+        self._shards = [self._open_shard(index_dir, shard)
+                        for shard in self.report["shards"]]
         self._offsets = np.cumsum([0] + [s["rows"]
                                          for s in self.report["shards"]])
         self._names = {}
+
+    @staticmethod
+    def _open_shard(index_dir, shard):
+        """A shard's features, memory-mapped, once they are the ones the
+        index was built from: the rows it recorded, and its digest (read
+        only where the size or time differs from the recorded ones)."""
+        path = shard["path"]
+        if not os.path.isfile(path):
+            raise UsageError(f"the index {index_dir} covers {path}, which "
+                             "is gone")
+        features = np.load(path, mmap_mode="r")
+        if len(features) != shard["rows"]:
+            raise UsageError(f"{path} holds {len(features)} rows, not the "
+                             f"{shard['rows']} the index {index_dir} was "
+                             "built from: rebuild the index")
+        if any(shard.get(k) != v for k, v in _stamp(path).items()) and \
+                files.digest(path) != shard["sha256"]:
+            raise UsageError(f"{path} changed since the index {index_dir} "
+                             "was built (its digest differs: encoded again, "
+                             "perhaps with another model): rebuild the index")
+        return features
+
+    def _shard_names(self, s):
+        """The file names of shard ``s``, read once; one line where the
+        list is gone or holds another count."""
+        if s not in self._names:
+            path = self.report["shards"][s]["path"]
+            try:
+                names = read_names(path)
+            except OSError as e:
+                raise UsageError(f"cannot read the file names of {path} "
+                                 f"({files.names_path(path)}: "
+                                 f"{e.strerror})") from e
+            if len(names) != self.report["shards"][s]["rows"]:
+                raise UsageError(f"{files.names_path(path)} lists "
+                                 f"{len(names)} names for the "
+                                 f"{self.report['shards'][s]['rows']} rows "
+                                 f"of {path}: rebuild the index")
+            self._names[s] = names
+        return self._names[s]
 
     def _locate(self, ids):
         shard = np.searchsorted(self._offsets, ids, side="right") - 1
@@ -351,12 +435,7 @@ class Index:
 
     def names(self, ids):
         shard, row = self._locate(np.asarray(ids, np.int64))
-        out = []
-        for s, r in zip(shard, row):
-            if s not in self._names:
-                self._names[s] = read_names(self.report["shards"][s]["path"])
-            out.append(self._names[s][r])
-        return out
+        return [self._shard_names(s)[r] for s, r in zip(shard, row)]
 
     def check_query(self, queries, model=None):
         """Refuse queries of another dimension, or encoded with another
@@ -410,24 +489,10 @@ def recall_at(found, exact):
                           for f, e in zip(found, exact)]))
 
 
-def model_identity(path):
-    """``{"path", "sha256"}`` of a model as :func:`encoder.load` resolves
-    it: a file's digest, a checkpoint's index file's, a SavedModel's
-    graph's."""
-    from cosine_metric_learning import checkpoints
-    if os.path.isfile(path):
-        target = path
-    elif os.path.isfile(os.path.join(path, "saved_model.pb")):
-        target = os.path.join(path, "saved_model.pb")
-    else:
-        path = checkpoints.resolve_checkpoint(path)
-        target = path + ".index"
-    return {"path": os.path.abspath(path), "sha256": digest(target)}
-
-
 def write_ranking(output, index, query_names, distances, ids):
-    """The ranking as JSON (names and distances) or the kits' text layout
-    (a line of gallery file names per query)."""
+    """The ranking as JSON (names and distances) or text: a header line
+    (:data:`RANKING_TXT_HEADER`), then a line per query of its gallery
+    file names, tab-separated (names may hold spaces)."""
     if output.endswith(".json"):
         queries = [{"query": name, "results": [
             {"name": n, "distance": float(d)}
@@ -436,8 +501,10 @@ def write_ranking(output, index, query_names, distances, ids):
         return files.write_atomically(output, lambda f: json.dump(
             {"index": index.path, "queries": queries}, f, indent=1),
             RANKING_JSON)
-    return files.write_atomically(output, lambda f: f.write("".join(
-        " ".join(index.names(i[i >= 0])) + "\n" for i in ids)), RANKING_TXT)
+    return files.write_atomically(output, lambda f: f.write(
+        RANKING_TXT_HEADER + "\n" + "".join(
+            "\t".join(index.names(i[i >= 0])) + "\n" for i in ids)),
+        RANKING_TXT)
 
 
 def check_ranking_output(output):
@@ -467,6 +534,9 @@ def _parser():
     b.add_argument("--codes", default="sq8", choices=CODES, help="sq8: a "
                    "byte per dimension; pq4: 4 bits per dimension, "
                    "faster to scan, coarser")
+    b.add_argument("--allow_unknown_model", action="store_true",
+                   help="index feature files with no record of the model "
+                   "that encoded them (their queries go unchecked)")
     q = commands.add_parser("query", help="rank the index's gallery for "
                             "query images or features")
     q.add_argument("--index", required=True)
@@ -499,7 +569,8 @@ def run(args):
     if args.command == "build":
         if args.nlist is not None:
             _positive("nlist", args.nlist)
-        report = build(args.features, args.index, args.nlist, args.codes)
+        report = build(args.features, args.index, args.nlist, args.codes,
+                       allow_unknown_model=args.allow_unknown_model)
         print(f"indexed {report['count']} features of dimension "
               f"{report['feature_dim']} from {len(report['shards'])} "
               f"shard(s) in {report['build_seconds']:.1f} s: "
@@ -519,9 +590,14 @@ def run(args):
                                 "that encoded the gallery")
         from cosine_metric_learning import encoder as encoder_lib
         from cosine_metric_learning import features as features_lib
-        identity = model_identity(args.model)
+        from cosine_metric_learning import checkpoints
+        identity = checkpoints.model_identity(args.model)
         if index.model is not None:  # before the encoding
             index.check_query(np.zeros((0, index.dim), np.float32), identity)
+        else:
+            print(f"warning: the index {args.index} records no model (built "
+                  "with --allow_unknown_model): the queries are not checked "
+                  "against the gallery's model", file=sys.stderr)
         names = features_lib.list_images(args.images)
         encoder = encoder_lib.load(args.model)
         queries = features_lib.encode_files(encoder, names)
@@ -546,6 +622,7 @@ def main(argv=None):
                   "output": "--output", "top_k": "--top_k",
                   "candidates": "--candidates", "nprobe": "--nprobe",
                   "nlist": "--nlist", "codes": "--codes",
+                  "allow_unknown_model": "--allow_unknown_model",
                   "pattern": "--images",
                   "path": "--model"}
     return report_errors([sys.argv[0]], lambda: run(args), flag_names)

@@ -237,14 +237,15 @@ def test_the_npy_and_its_names_are_replaced_together_or_not_at_all(tmp_path):
     def fail(f):
         raise OSError(28, "No space left on device")
 
-    npy_kind, names_kind = (kind for _, kind in encode._outputs(out))
+    npy_kind, names_kind, _ = (kind for _, kind in encode._outputs(out))
     with pytest.raises(UsageError, match="No space left on device"):
         files.write_together([
             (out, lambda f: np.save(f, np.zeros((5, 4))), npy_kind, True),
             (str(tmp_path / "f.filenames.txt"), fail, names_kind, False)])
     # the earlier pair as it was, no temporary file left
     assert np.load(out).shape == (3, 4)
-    assert sorted(os.listdir(tmp_path)) == ["f.filenames.txt", "f.npy"]
+    assert sorted(os.listdir(tmp_path)) == ["f.filenames.txt", "f.model.json",
+                                            "f.npy"]
 
 
 def test_a_saved_model_without_its_variables_is_one_line(run, market_dir,

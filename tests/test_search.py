@@ -1,6 +1,7 @@
 """Sharded encoding on a Dask cluster and approximate-nearest-neighbour
 search over the shards (``encode_shards``, ``search``)."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -26,9 +27,14 @@ def _identity_features(rng, count, dim=32, people=400, spread=0.6):
             ).astype(np.float32), centres, labels
 
 
-def _write_shard(path, features, names):
+# the model records of two models (as checkpoints.model_identity gives)
+MODEL_A = {"path": "/models/a", "sha256": "a" * 64}
+MODEL_B = {"path": "/models/b", "sha256": "b" * 64}
+
+
+def _write_shard(path, features, names, model=MODEL_A):
     from cosine_metric_learning import search
-    search.write_shard(path, features, names)
+    search.write_shard(path, features, names, model)
 
 
 @pytest.fixture(scope="module")
@@ -128,13 +134,15 @@ def test_query_command_writes_the_kits_layout_and_json(gallery, tmp_path):
             f"--index={root / 'index'}", f"--query_features={query}",
             "--top_k=5", f"--output={tmp_path / output}")
         assert result.returncode == 0, result.stderr[-2000:]
-    lines = (tmp_path / "rank.txt").read_text().splitlines()
-    assert len(lines) == 3 and all(len(line.split()) == 5 for line in lines)
+    header, *lines = (tmp_path / "rank.txt").read_text().splitlines()
+    assert header.startswith("# ")
+    assert len(lines) == 3 and all(len(line.split("\t")) == 5
+                                   for line in lines)
     ranking = json.loads((tmp_path / "rank.json").read_text())
     assert [q["query"] for q in ranking["queries"]] == ["a.jpg", "b.jpg",
                                                        "c.jpg"]
     first = ranking["queries"][0]["results"]
-    assert [r["name"] for r in first] == lines[0].split()
+    assert [r["name"] for r in first] == lines[0].split("\t")
     # each distance is the exact cosine distance of the named row
     row = int(first[0]["name"].rsplit("_", 1)[1].split(".")[0])
     unit = queries[0] / np.linalg.norm(queries[0])
@@ -164,6 +172,99 @@ def test_bad_input_is_one_line(gallery, tmp_path):
                         f"--index={tmp_path / 'mine'}")
     one_error_line(result, "refusing to write into", "notes.txt")
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+
+
+def _query(index, query, output, *args):
+    return run_script("-m", "cosine_metric_learning.search", "query",
+                      f"--index={index}", f"--query_features={query}",
+                      f"--output={output}", *args)
+
+
+def test_a_txt_ranking_replaces_only_its_own_and_keeps_spaces(tmp_path):
+    """The .txt output refuses a file it did not write (encode's name
+    list here) and replaces its own; names with spaces stay whole."""
+    from cosine_metric_learning import search
+    rng = np.random.default_rng(3)
+    features = _identity_features(rng, 100, people=10)[0]
+    names = [f"person {i}.jpg" for i in range(100)]
+    _write_shard(str(tmp_path / "g.npy"), features, names)
+    search.build(str(tmp_path / "g.npy"), str(tmp_path / "index"),
+                 log=lambda _: None)
+    _write_shard(str(tmp_path / "q.npy"), features[:2], ["q 1", "q 2"])
+    theirs = tmp_path / "q.filenames.txt"
+    before = theirs.read_text()
+    one_error_line(_query(tmp_path / "index", tmp_path / "q.npy", theirs),
+                   f"refusing to replace {theirs}")
+    assert theirs.read_text() == before
+    ranking = tmp_path / "ranking.txt"
+    for _ in range(2):  # the second run replaces the first's
+        result = _query(tmp_path / "index", tmp_path / "q.npy", ranking,
+                        "--top_k=3")
+        assert result.returncode == 0, result.stderr[-2000:]
+    lines = ranking.read_text().splitlines()
+    assert lines[0] == search.RANKING_TXT_HEADER and len(lines) == 3
+    # each query's own row first (distance 0), its name whole
+    assert [line.split("\t")[0] for line in lines[1:]] == [
+        "person 0.jpg", "person 1.jpg"]
+
+
+def test_shards_changed_since_the_build_are_refused(gallery, tmp_path):
+    """Shards encoded again in place (another model's features, the
+    same rows), cut short, or without their names: one line, exit 2."""
+    root, features, queries, _ = gallery
+    copy = tmp_path / "features"
+    shutil.copytree(root / "features", copy)
+    from cosine_metric_learning import search
+    search.build(str(copy), str(tmp_path / "index"), log=lambda _: None)
+    query = tmp_path / "q.npy"
+    _write_shard(str(query), queries[:2], ["a", "b"])
+    output = tmp_path / "r.json"
+    assert _query(tmp_path / "index", query, output).returncode == 0
+    shard = copy / "shard-00000.npy"
+    original = np.load(shard)
+    rotated = np.roll(original, 1, axis=1)  # the same rows, other features
+    np.save(shard, rotated)
+    one_error_line(_query(tmp_path / "index", query, output),
+                   str(shard), "changed since the index", "rebuild")
+    np.save(shard, original[:-5])
+    one_error_line(_query(tmp_path / "index", query, output),
+                   str(shard), f"holds {len(original) - 5} rows")
+    np.save(shard, original)
+    os.utime(shard, ns=(0, 0))  # another time, the same bytes: accepted
+    assert _query(tmp_path / "index", query, output).returncode == 0
+    os.remove(copy / "shard-00001.filenames.txt")
+    result = _query(tmp_path / "index", query, output, "--top_k=50",
+                    "--candidates=4000")
+    one_error_line(result, "cannot read the file names of",
+                   "shard-00001.filenames.txt")
+
+
+def test_inputs_of_unknown_or_mixed_models_are_refused(gallery, tmp_path):
+    """An index records the model of every input: a feature file without
+    a record is refused unless allowed, two models are refused."""
+    from cosine_metric_learning import search
+    root, features, _, _ = gallery
+    report = json.loads((root / "index" / "index.json").read_text())
+    assert report["model"] == MODEL_A
+    unknown = str(tmp_path / "unknown.npy")
+    _write_shard(unknown, features[:100], [str(i) for i in range(100)],
+                 model=None)
+    result = run_script("-m", "cosine_metric_learning.search", "build",
+                        f"--features={unknown}",
+                        f"--index={tmp_path / 'index'}")
+    one_error_line(result, "--features", unknown, "--allow_unknown_model")
+    assert not os.path.exists(tmp_path / "index")
+    other = str(tmp_path / "other.npy")
+    _write_shard(other, features[:100], [str(i) for i in range(100)],
+                 model=MODEL_B)
+    result = run_script("-m", "cosine_metric_learning.search", "build",
+                        f"--features={root / 'features'},{other}",
+                        f"--index={tmp_path / 'index'}")
+    one_error_line(result, "different models", "/models/a", "/models/b")
+    report = search.build(f"{root / 'features'},{unknown}",
+                          str(tmp_path / "index"), log=lambda _: None,
+                          allow_unknown_model=True)
+    assert report["model"] is None  # part of it is of no known model
 
 
 def test_index_of_another_models_features_is_refused(gallery):
@@ -268,3 +369,27 @@ def test_shards_stop_go_on_and_equal_encode(trained, images, tmp_path):
     with pytest.raises(UsageError, match="--shard_size differs"):
         encode_shards.run(path, str(images), str(out), shard_size=8)
     assert json.loads(manifest.read_text()) == final
+
+
+def test_gallery_benchmark_refuses_no_queries_and_prints_small_ratios(
+        tmp_path):
+    for flag in ("--queries=0", "--sizes=0", "--sizes=100,x"):
+        one_error_line(run_script("benchmarks/gallery.py", flag),
+                       flag.split(",")[0])
+    result = run_script("benchmarks/gallery.py", "--sizes=300,2000",
+                        "--queries=20", "--single_queries=5", "--dim=16",
+                        f"--output_json={tmp_path / 'g.json'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads((tmp_path / "g.json").read_text())["rows"]
+    # the footer names each index the rows were built with
+    footer = result.stdout.strip().splitlines()[-1]
+    for _, row in rows:
+        assert row["factory"] in footer
+    assert len({row["factory"] for _, row in rows}) == 2
+    # a ratio below 1 is printed as it is, not rounded to 1x or 0x
+    spec = importlib.util.spec_from_file_location(
+        "gallery_benchmark", os.path.join(ROOT, "benchmarks", "gallery.py"))
+    gallery = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gallery)
+    assert [gallery._ratio(r) for r in (0.67, 1.0, 3.456, 41.6)] == [
+        "0.67x", "1x", "3.5x", "42x"]

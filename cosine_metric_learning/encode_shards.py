@@ -74,11 +74,11 @@ def list_files(images):
     if os.path.isdir(images):
         paths = [os.path.join(root, name)
                  for root, _, names in os.walk(images) for name in names
-                 if name.lower().endswith(preprocessing.IMAGE_EXTENSIONS)]
+                 if name.lower().endswith(files.IMAGE_EXTENSIONS)]
         if not paths:
             raise ArgumentError("images", images, "the folder holds no "
                                 "image files (expected "
-                                f"{'/'.join(preprocessing.IMAGE_EXTENSIONS)}"
+                                f"{'/'.join(files.IMAGE_EXTENSIONS)}"
                                 " files in it or its subfolders)")
         return sorted(paths)
     if os.path.isfile(images) and images.endswith(".txt"):
@@ -204,6 +204,38 @@ def _write(path, manifest):
                            MANIFEST)
 
 
+# seconds to reach a --scheduler before giving up (Dask's default: 30)
+CONNECT_SECONDS = 10
+
+
+def check_scheduler(scheduler):
+    """Refuse a scheduler address Dask cannot parse (``tcp://host:port``,
+    or ``host:port``)."""
+    from distributed.comm import parse_address
+    from distributed.comm.addressing import parse_host_port
+    try:
+        protocol, location = parse_address(scheduler)
+        if protocol in ("tcp", "tls"):
+            _, port = parse_host_port(location)
+            if not 0 < port < 65536:
+                raise ValueError(f"port {port}")
+    except (ValueError, TypeError) as e:
+        raise ArgumentError("scheduler", scheduler, "expected a Dask "
+                            "scheduler's address, tcp://host:port "
+                            f"({e})") from None
+
+
+def connect(distributed, scheduler):
+    """A client of the scheduler at ``scheduler``, or one line saying it
+    cannot be reached within :data:`CONNECT_SECONDS`."""
+    try:
+        return distributed.Client(scheduler, timeout=CONNECT_SECONDS)
+    except (OSError, TimeoutError) as e:
+        raise UsageError(f"cannot reach the Dask scheduler at {scheduler} "
+                         f"within {CONNECT_SECONDS} s ({type(e).__name__}); "
+                         "is it running, and is the address right?") from None
+
+
 def run(model, images, output_dir, shard_size=10000, workers=2,
         scheduler=None, batch_size=64, log=logging.info):
     """Encode ``images`` into shards in ``output_dir`` (the module's
@@ -217,11 +249,20 @@ def run(model, images, output_dir, shard_size=10000, workers=2,
     distributed = require_dask()
     for name in ("distributed", "tornado", "bokeh"):  # a line per shard
         pylogging.getLogger(name).setLevel(pylogging.ERROR)
+    if scheduler:
+        check_scheduler(scheduler)
     paths = list_files(images)
     inputs = {"model": checkpoints.model_identity(model), "images": images,
               "files": len(paths), "files_sha256": _files_digest(paths),
               "shard_size": shard_size}
-    manifest = _start(output_dir, inputs)
+    # reached before anything is written
+    client = connect(distributed, scheduler) if scheduler else None
+    try:
+        manifest = _start(output_dir, inputs)
+    except BaseException:
+        if client is not None:
+            client.close()
+        raise
     manifest_path = os.path.join(output_dir, "manifest.json")
     shards = plan(paths, shard_size)
     manifest["shards"] = len(shards)
@@ -231,10 +272,10 @@ def run(model, images, output_dir, shard_size=10000, workers=2,
         f"{len(shards) - len(pending)} finished earlier, {len(pending)} "
         "to encode")
     if not pending:
+        if client is not None:
+            client.close()
         return manifest
-    if scheduler:
-        client = distributed.Client(scheduler)
-    else:
+    if not scheduler:
         cluster = distributed.LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True,
             dashboard_address=None, silence_logs=pylogging.ERROR)

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from cosine_metric_learning import preprocessing, sampling
+from cosine_metric_learning import files, preprocessing, sampling
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
 
@@ -77,13 +77,13 @@ def list_images(pattern):
     """Sorted image files of a folder or a glob pattern."""
     if os.path.isdir(pattern):
         paths = [os.path.join(pattern, n) for n in os.listdir(pattern)
-                 if n.lower().endswith(preprocessing.IMAGE_EXTENSIONS)]
+                 if n.lower().endswith(files.IMAGE_EXTENSIONS)]
     else:
         paths = [f for f in glob.glob(pattern) if os.path.isfile(f)]
     if not paths:
         raise ArgumentError("pattern", pattern, "no image files found "
                             "(expected a folder or a glob of "
-                            f"{'/'.join(preprocessing.IMAGE_EXTENSIONS)} "
+                            f"{'/'.join(files.IMAGE_EXTENSIONS)} "
                             "files)")
     return sorted(paths)
 

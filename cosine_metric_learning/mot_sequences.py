@@ -26,7 +26,7 @@ import numpy as np
 from absl import logging
 from PIL import Image
 
-from cosine_metric_learning import preprocessing
+from cosine_metric_learning import files
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
 
@@ -46,6 +46,9 @@ NUM_GT_COLUMNS = 9
 # seqinfo.ini's keys of a sequence whose frames are a video's
 VIDEO_KEY = "video"
 VIDEO_START_KEY = "videoStart"
+# seqinfo.ini's key of the last frame the ground truth annotates, where it
+# ends before the sequence (the frames after it are not scored)
+GT_LAST_FRAME_KEY = "gtLastFrame"
 # 2D MOT 2015's gt.txt: frame, id, left, top, width, height, considered
 # and world coordinates x, y, z; no class and no visibility. It is read as
 # TrackEval's MOT15 benchmark reads it: every box a pedestrian (and, for
@@ -74,6 +77,13 @@ class Sequence:
     mot15: bool = False
     video: Optional[str] = None  # the frames' video file, if not img1/
     video_start: int = 1  # the video frame (from 1) of frame 1
+    # the last frame the ground truth annotates (seqinfo.ini's gtLastFrame)
+    gt_last_frame: Optional[int] = None
+
+    @property
+    def scored_frames(self):
+        """The frames scored against the ground truth: 1 to this."""
+        return min(self.gt_last_frame or self.num_frames, self.num_frames)
 
     def has_frame(self, frame):
         """Whether frame ``frame`` (1-based) is within the sequence and its
@@ -209,15 +219,17 @@ def read_sequence(folder, detections=True):
     2015's, read into MOT17's columns); :func:`check_ground_truth` checks
     its rows for scoring.
     """
+    gt_last = None
     if os.path.isfile(os.path.join(folder, "seqinfo.ini")) or not \
             is_sequence(folder):
-        name, num_frames, image_shape, frame_paths, video, start = \
+        name, num_frames, image_shape, frame_paths, video, start, gt_last = \
             _read_sequence_info(folder)
     else:
         name, num_frames, image_shape, frame_paths = _list_frames(folder)
         video, start = None, 1
     sequence = Sequence(name, folder, num_frames, image_shape, frame_paths,
-                        None, None, video=video, video_start=start)
+                        None, None, video=video, video_start=start,
+                        gt_last_frame=gt_last)
     if detections:
         det_path = os.path.join(folder, "det", "det.txt")
         if not os.path.isfile(det_path):
@@ -242,7 +254,26 @@ def read_sequence(folder, detections=True):
                          "is a pedestrian, the 7th column says whether it "
                          "is considered", name, gt_path)
         sequence.ground_truth = rows
+        if gt_last is None and len(rows) and \
+                np.max(rows[:, 0]) < num_frames and not _said(folder):
+            logging.warning(
+                "%s: %s ends at frame %d of %d: the frames after it are "
+                "scored as frames without people; if they are not annotated, "
+                "add %s=%d to seqinfo.ini's [Sequence]", name, gt_path,
+                int(np.max(rows[:, 0])), num_frames, GT_LAST_FRAME_KEY,
+                int(np.max(rows[:, 0])))
     return sequence
+
+
+_SAID = set()
+
+
+def _said(key):
+    """Whether a once-per-process note about ``key`` was given already
+    (and remember it now)."""
+    said = key in _SAID
+    _SAID.add(key)
+    return said
 
 
 def _check_frames(sequence, rows, path):
@@ -275,12 +306,31 @@ def check_ground_truth(sequence, classes=PEDESTRIANS):
     if bad:
         raise UsageError(f"sequence {sequence.name}: {bad}")
     _check_frames(sequence, rows, path)
+    twice = duplicate_identity(rows)
+    if twice:
+        raise UsageError(f"sequence {sequence.name}: '{path}', {twice}")
     if not np.any(considered(rows, classes)):
         found = ", ".join(f"{c:g}" for c in np.unique(rows[:, 7])[:10])
         raise ArgumentError(
             "classes", classes, f"sequence {sequence.name}: no box of these "
             f"classes is marked to be considered in '{path}' (its classes: "
             f"{found})")
+
+
+def duplicate_identity(rows):
+    """Text naming the first row whose identity already has a box in its
+    frame (ground truth gives each person one box a frame; a detection
+    file's ids are all -1), or None."""
+    keys = rows[:, 0] * (2 ** 32) + rows[:, 1]
+    _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+    if np.all(counts == 1):
+        return None
+    i = int(np.setdiff1d(np.arange(len(rows)), first)[0])
+    hint = (": a detection file, not ground truth?" if rows[i, 1] == -1
+            else "")
+    return (f"row {i + 1}: identity {rows[i, 1]:g} has two boxes in frame "
+            f"{rows[i, 0]:g} (ground truth gives each person one box a "
+            f"frame{hint})")
 
 
 def _frame_number(path):
@@ -316,8 +366,11 @@ def _read_sequence_info(folder):
                          f"expected {LAYOUT}")
     section = info["Sequence"]
     name = section.get("name", os.path.basename(os.path.normpath(folder)))
+    gt_last = _info_int(section, GT_LAST_FRAME_KEY, info_path, "the last "
+                        "annotated frame") if GT_LAST_FRAME_KEY in section \
+        else None
     if VIDEO_KEY in section:
-        return (name, *_video_info(folder, info_path, section))
+        return (name, *_video_info(folder, info_path, section), gt_last)
     image_dir = os.path.join(folder, section.get("imDir", "img1"))
     if not os.path.isdir(image_dir):
         raise UsageError(f"sequence {name}: '{image_dir}' is not a folder; "
@@ -350,7 +403,7 @@ def _read_sequence_info(folder):
             "up to %d of %dx%d: the frames' are used", name, length,
             size[1], size[0], image_dir, num_frames, image_shape[1],
             image_shape[0])
-    return name, num_frames, image_shape, frame_paths, None, 1
+    return name, num_frames, image_shape, frame_paths, None, 1, gt_last
 
 
 def _info_int(section, key, info_path, what, low=1):
@@ -448,7 +501,7 @@ def _list_frames(folder):
     image_dir = os.path.join(folder, "img1")
     frame_paths = sorted(
         os.path.join(image_dir, n) for n in os.listdir(image_dir)
-        if n.lower().endswith(preprocessing.IMAGE_EXTENSIONS))
+        if n.lower().endswith(files.IMAGE_EXTENSIONS))
     if not frame_paths:
         raise UsageError(f"sequence {name}: no images in '{image_dir}'; "
                          f"expected {LAYOUT}")

@@ -11,9 +11,6 @@ import math
 import numpy as np
 import tensorflow as tf
 
-# the image files the project reads where it lists a folder
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
-
 
 def resize(image, image_shape):
     """uint8 ``(h, w, 3)`` images (a tensor or array, batched or not)

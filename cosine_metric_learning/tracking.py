@@ -112,6 +112,19 @@ def write_results(path, rows):
         for frame, track, left, top, width, height in rows), RESULTS)
 
 
+_NOTED = set()
+
+
+def _note_scored_frames(sequence):
+    """Say once per sequence that only its annotated frames are scored."""
+    if sequence.path not in _NOTED:
+        _NOTED.add(sequence.path)
+        logging.info("%s: scored on frames 1-%d of %d, the frames its ground "
+                     "truth annotates (seqinfo.ini's %s)", sequence.name,
+                     sequence.scored_frames, sequence.num_frames,
+                     mot_sequences.GT_LAST_FRAME_KEY)
+
+
 def require_trackeval():
     try:
         import trackeval
@@ -136,7 +149,9 @@ def score(sequences, results, classes=mot_sequences.PEDESTRIANS):
     boxes of ``classes`` are scored as pedestrians and the others are
     left out (MOT17's distractor classes mean nothing there). A 2D MOT
     2015 ``gt.txt`` is scored as TrackEval's MOT15 benchmark scores it:
-    every box considered is a pedestrian, none a distractor.
+    every box considered is a pedestrian, none a distractor. A sequence
+    whose ground truth ends before it (``gt_last_frame``) is scored on
+    the frames it annotates, with a line saying so.
     """
     trackeval = require_trackeval()
     with tempfile.TemporaryDirectory() as tmp:
@@ -146,25 +161,37 @@ def score(sequences, results, classes=mot_sequences.PEDESTRIANS):
         for sequence in sequences:
             folder = os.path.join(gt_dir, sequence.name, "gt")
             os.makedirs(folder)
-            if classes == mot_sequences.PEDESTRIANS and not sequence.mot15:
+            whole = sequence.scored_frames == sequence.num_frames
+            if classes == mot_sequences.PEDESTRIANS and not sequence.mot15 \
+                    and whole:
                 os.symlink(os.path.abspath(os.path.join(
                     sequence.path, "gt", "gt.txt")),
                     os.path.join(folder, "gt.txt"))
             else:
                 rows = sequence.ground_truth
-                rows = rows[np.isin(rows[:, 7], classes)] if classes \
-                    else rows.copy()
-                rows[:, 7] = mot_sequences.PEDESTRIAN
+                rows = rows[rows[:, 0] <= sequence.scored_frames]
+                if classes != mot_sequences.PEDESTRIANS or sequence.mot15:
+                    rows = rows[np.isin(rows[:, 7], classes)] if classes \
+                        else rows.copy()
+                    rows[:, 7] = mot_sequences.PEDESTRIAN
                 np.savetxt(os.path.join(folder, "gt.txt"), rows,
                            fmt="%.10g", delimiter=",")
-            os.symlink(os.path.abspath(results[sequence.name]),
-                       os.path.join(tracker_dir, f"{sequence.name}.txt"))
+            scored = os.path.join(tracker_dir, f"{sequence.name}.txt")
+            if sequence.scored_frames < sequence.num_frames:
+                _note_scored_frames(sequence)
+                rows = np.loadtxt(results[sequence.name], delimiter=",",
+                                  ndmin=2)
+                np.savetxt(scored, rows[rows[:, 0] <= sequence.scored_frames]
+                           if rows.size else rows, fmt="%.10g",
+                           delimiter=",")
+            else:
+                os.symlink(os.path.abspath(results[sequence.name]), scored)
         dataset = trackeval.datasets.MotChallenge2DBox({
             "GT_FOLDER": gt_dir, "TRACKERS_FOLDER": os.path.join(
                 tmp, "trackers"), "TRACKERS_TO_EVAL": ["model"],
             "TRACKER_SUB_FOLDER": "", "OUTPUT_FOLDER": tmp,
             "SKIP_SPLIT_FOL": True, "PRINT_CONFIG": False,
-            "SEQ_INFO": {s.name: s.num_frames for s in sequences},
+            "SEQ_INFO": {s.name: s.scored_frames for s in sequences},
             "BENCHMARK": "MOT17", "CLASSES_TO_EVAL": ["pedestrian"]})
         evaluator = trackeval.Evaluator({
             "USE_PARALLEL": False, "PRINT_RESULTS": False,

@@ -33,7 +33,7 @@ import re
 
 import numpy as np
 
-from cosine_metric_learning import metrics, preprocessing
+from cosine_metric_learning import files, metrics
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.datasets import market1501, util
 
@@ -45,7 +45,7 @@ LAYOUT_TEXT = ("one folder per identity (root/<identity>/<image>) or "
 
 
 def _is_image(name):
-    return name.lower().endswith(preprocessing.IMAGE_EXTENSIONS)
+    return name.lower().endswith(files.IMAGE_EXTENSIONS)
 
 
 def read_image_folder(root, layout="auto", camera_regex=None):

@@ -27,8 +27,18 @@ shares of the frame: ``left = (cx - w / 2) * width``, ``top = (cy - h /
 frames (a progress line now and then) and the files are checked: a video
 OpenCV cannot decode, a row that is not numbers, a frame past the
 video's end, or a box that lies outside the frame or has no area is one
-line, and nothing is written. The folder is written whole, and replaces
-only an earlier output of this command.
+line, and nothing is written, as is a ground truth that gives one
+identity two boxes in a frame (a ``det.txt`` passed as ``--gt``). The
+folder is written whole (missing parent folders are created), and
+replaces only an earlier output of this command to which nothing was
+added.
+
+A ground truth that ends before the sequence (annotations of frames 1 to
+400 of a longer video) is recorded as such (``seqinfo.ini``'s
+``gtLastFrame``, its last row's frame or ``--gt_last_frame``): the
+tracking evaluation scores those frames only, and says so. One with no
+row in the sequence's frames writes no ``gt/gt.txt`` (the sequence is
+tracked unscored), with a line saying so.
 """
 
 if __name__ == "__main__":  # Ctrl-C while the imports load: one line
@@ -49,29 +59,59 @@ from cosine_metric_learning.errors import parse_flags, report_errors
 
 FRAMES = ("video", "jpg")
 JPEG_QUALITY = 95
-# marks the seqinfo.ini this command writes
+# marks the seqinfo.ini this command writes, and records whether it wrote
+# gt/gt.txt
 WRITER = "cosine_metric_learning.datasets.video"
+GT_KEY = "gtWritten"
+
+
+def _written(info):
+    """``{folder or file: the names in it it wrote}`` of an output whose
+    ``seqinfo.ini`` section is ``info``."""
+    written = {"seqinfo.ini": None, "det": {"det.txt"}}
+    if info.get(GT_KEY) == "yes":
+        written["gt"] = {"gt.txt"}
+    if info.get("imDir") == "img1":
+        written["img1"] = None  # its frames: checked by name
+    return written
 
 
 def _is_own_output(path):
-    """An empty folder, or a sequence folder written by this command."""
+    """An empty folder, or a sequence folder written by this command and
+    holding nothing else: a file added there since (a hand-made
+    ``gt/gt.txt``, notes, results) makes it the user's."""
     if not os.listdir(path):
         return True
     info = configparser.ConfigParser()
     info.read(os.path.join(path, "seqinfo.ini"))
-    return info.get("Sequence", "writtenBy", fallback=None) == WRITER
+    if info.get("Sequence", "writtenBy", fallback=None) != WRITER:
+        return False
+    written = _written(info["Sequence"])
+    for name in os.listdir(path):
+        if name not in written:
+            return False
+        inside = written[name]
+        full = os.path.join(path, name)
+        if name == "img1":
+            if not os.path.isdir(full) or not all(
+                    f.endswith(".jpg") and f[:-4].isdigit()
+                    for f in os.listdir(full)):
+                return False
+        elif inside is not None and (not os.path.isdir(full) or set(
+                os.listdir(full)) - inside):
+            return False
+    return True
 
 
 OUTPUT = files.Kind("an empty folder or a sequence folder written by this "
-                    "command (its "
-                    f"seqinfo.ini says writtenBy={WRITER})", _is_own_output,
-                    is_dir=True)
+                    f"command (its seqinfo.ini says writtenBy={WRITER}) with "
+                    "nothing added to it", _is_own_output, is_dir=True)
 
 
 def count_frames(path, progress_secs=10.0):
-    """``(frames, (height, width, 3), frames per second)`` of a video, its
-    frames counted by decoding every one (headers can be wrong); a
-    progress line now and then."""
+    """``(frames, (height, width, 3), frames per second, frames the header
+    promises)`` of a video, its frames counted by decoding every one
+    (headers can be wrong); a progress line now and then."""
     cv2 = mot_sequences.require_opencv()
     capture = mot_sequences.open_video(path)
     try:
@@ -95,16 +135,22 @@ def count_frames(path, progress_secs=10.0):
     if not count:
         raise UsageError(f"cannot decode the video '{path}': OpenCV opens "
                          "it but decodes no frame")
-    return count, tuple(int(d) for d in shape), fps
+    if header > count:
+        logging.warning("%s: its header promises %d frames but %d decode: "
+                        "the file is truncated", path, header, count)
+    return count, tuple(int(d) for d in shape), fps, header
 
 
 def read_rows(path, argument, min_columns, what, columns, count, shape,
-              first=1, last=None):
+              first=1, last=None, header=None, one_box_an_identity=False):
     """The rows of a MOTChallenge text file of the frames ``first`` to
     ``last`` (default: ``count``) of a video of ``count`` frames of
     ``shape``, renumbered from 1; UsageError for a row that is not
     numbers, ArgumentError (naming ``argument``) for a frame past the
-    video's end or a box outside the frame or without area."""
+    video's end or a box outside the frame or without area (``header``:
+    the frames the video's header promises, to tell a truncated file),
+    and, with ``one_box_an_identity``, for an identity with two boxes in
+    a frame."""
     if not os.path.isfile(path):
         raise ArgumentError(argument, path, "no such file")
     rows = mot_sequences.read_table(path, min_columns, what, columns)
@@ -115,10 +161,12 @@ def read_rows(path, argument, min_columns, what, columns, count, shape,
     index = np.arange(len(rows))
     if len(rows) and rows[:, 0].max() > count:
         i = int(index[rows[:, 0] > count][0])
+        why = (f"the video file is truncated (its header promises {header} "
+               f"frames, {count} decode)" if header and header > count else
+               "the wrong video, or frames counted from 0?")
         raise ArgumentError(argument, path, f"row {i + 1} is of frame "
                             f"{rows[i, 0]:g}, past the video's last frame "
-                            f"({count}); the wrong video, or frames counted "
-                            "from 0?")
+                            f"({count}); {why}")
     no_area = (rows[:, 4] <= 0) | (rows[:, 5] <= 0)
     outside = ((rows[:, 2] >= width) | (rows[:, 3] >= height)
                | (rows[:, 2] + rows[:, 4] <= 0)
@@ -133,10 +181,22 @@ def read_rows(path, argument, min_columns, what, columns, count, shape,
             values = ",".join(f"{v:g}" for v in rows[i, 2:6])
             raise ArgumentError(argument, path, f"row {i + 1}'s box "
                                 f"({values}) {problem}")
+    twice = one_box_an_identity and mot_sequences.duplicate_identity(rows)
+    if twice:
+        raise ArgumentError(argument, path, twice)
     last = count if last is None else last
     rows = rows[(rows[:, 0] >= first) & (rows[:, 0] <= last)].copy()
     rows[:, 0] -= first - 1
     return rows
+
+
+def check_name(name):
+    """Refuse a sequence name that is not one folder name (``cam/01``):
+    the commands write files named by it."""
+    if name is not None and (not name or name in (".", "..") or any(
+            sep in name for sep in ("/", "\\", os.sep))):
+        raise ArgumentError("name", name, "expected a sequence name without "
+                            "path separators (it names files and folders)")
 
 
 def _write_rows(path, rows):
@@ -146,9 +206,13 @@ def _write_rows(path, rows):
 
 def write_sequence(video, detections, output_dir, gt=None, name=None,
                    frame_rate=None, frames="video", first_frame=1,
-                   last_frame=None):
+                   last_frame=None, gt_last_frame=None, log=logging.info):
     """Write the sequence folder of the module's docstring; returns its
-    ``seqinfo.ini`` values."""
+    ``seqinfo.ini`` values. ``gt_last_frame``: the last video frame the
+    ground truth annotates (default: its last row's); where it ends
+    before the sequence, ``seqinfo.ini`` records it and only the frames
+    up to it are scored. ``log`` gets a line on what the ground truth
+    covers."""
     if frames not in FRAMES:
         raise ArgumentError("frames", frames,
                             f"expected one of {', '.join(FRAMES)}")
@@ -159,23 +223,58 @@ def write_sequence(video, detections, output_dir, gt=None, name=None,
     if first_frame < 1:
         raise ArgumentError("first_frame", first_frame,
                             "expected a video frame from 1")
+    check_name(name)
+    if gt_last_frame is not None and gt is None:
+        raise ArgumentError("gt_last_frame", gt_last_frame, "without a "
+                            "ground truth (gt) to annotate frames")
     if not os.path.isfile(video):
         raise ArgumentError("video", video, "no such file")
     files.check_output(output_dir, OUTPUT)  # before decoding the video
-    count, shape, fps = count_frames(video)
+    count, shape, fps, header = count_frames(video)
     last = count if last_frame is None else last_frame
+    truncated = (f"; its header promises {header}: the file is truncated"
+                 if header > count else "")
+    if first_frame > count:
+        raise ArgumentError("first_frame", first_frame, f"the video has "
+                            f"{count} frames{truncated}")
     if not first_frame <= last <= count:
         raise ArgumentError(
             "last_frame" if last_frame is not None else "first_frame",
             last_frame if last_frame is not None else first_frame,
             f"expected frames {first_frame} to {count} of the video (it "
-            f"has {count})")
+            f"has {count}{truncated})")
     det_rows = read_rows(detections, "detections", 7, "detection file",
                          mot_sequences.DET_COLUMNS, count, shape,
-                         first_frame, last)
+                         first_frame, last, header)
     gt_rows = None if gt is None else read_rows(
         gt, "gt", mot_sequences.NUM_GT_COLUMNS, "ground-truth file",
-        mot_sequences.GT_COLUMNS, count, shape, first_frame, last)
+        mot_sequences.GT_COLUMNS, count, shape, first_frame, last, header,
+        one_box_an_identity=True)
+    length = last - first_frame + 1
+    gt_last = None
+    if gt_rows is not None:
+        if gt_last_frame is not None and not (
+                first_frame <= gt_last_frame <= last):
+            raise ArgumentError("gt_last_frame", gt_last_frame, "expected a "
+                                f"video frame of the sequence ({first_frame} "
+                                f"to {last})")
+        if not len(gt_rows):
+            log(f"the ground truth {gt} has no row in video frames "
+                f"{first_frame}-{last}: no gt/gt.txt written, the sequence "
+                "is tracked unscored")
+            gt_rows = None
+        else:
+            gt_last = (gt_last_frame - first_frame + 1 if gt_last_frame
+                       else int(np.max(gt_rows[:, 0])))
+            if np.max(gt_rows[:, 0]) > gt_last:
+                raise ArgumentError("gt_last_frame", gt_last_frame,
+                                    "the ground truth has rows after it")
+            log(f"the ground truth annotates frames 1-{gt_last} of the "
+                f"sequence's {length}" + (
+                    f": only those are scored (seqinfo.ini's "
+                    f"{mot_sequences.GT_LAST_FRAME_KEY}={gt_last}; "
+                    "--gt_last_frame if it annotates later frames without "
+                    "people)" if gt_last < length else ""))
     if frame_rate is None:
         if not (math.isfinite(fps) and fps > 0):
             raise ArgumentError("frame_rate", frame_rate, f"the video "
@@ -183,9 +282,13 @@ def write_sequence(video, detections, output_dir, gt=None, name=None,
         frame_rate = fps
     name = name or os.path.basename(os.path.normpath(output_dir))
     info = {"name": name, "frameRate": f"{frame_rate:g}",
-            "seqLength": str(last - first_frame + 1),
+            "seqLength": str(length),
             "imWidth": str(shape[1]), "imHeight": str(shape[0]),
             "writtenBy": WRITER}
+    if gt_rows is not None:
+        info[GT_KEY] = "yes"
+        if gt_last < length:
+            info[mot_sequences.GT_LAST_FRAME_KEY] = str(gt_last)
     if frames == "video":
         info[mot_sequences.VIDEO_KEY] = os.path.abspath(video)
         info[mot_sequences.VIDEO_START_KEY] = str(first_frame)
@@ -229,7 +332,7 @@ def main(argv):
         info = write_sequence(
             FLAGS.video, FLAGS.detections, FLAGS.output_dir, FLAGS.gt,
             FLAGS.name, FLAGS.frame_rate, FLAGS.frames, FLAGS.first_frame,
-            FLAGS.last_frame)
+            FLAGS.last_frame, FLAGS.gt_last_frame, log=print)
         print(f"wrote {FLAGS.output_dir}: {info['name']}, "
               f"{info['seqLength']} frames of {info['imWidth']}x"
               f"{info['imHeight']} at {info['frameRate']} frames/s, "
@@ -243,7 +346,7 @@ def main(argv):
 FLAGS = flags.FLAGS
 FLAG_NAMES = {name: f"--{name}" for name in (
     "video", "detections", "gt", "output_dir", "frame_rate", "frames",
-    "first_frame", "last_frame")}
+    "first_frame", "last_frame", "gt_last_frame", "name")}
 
 
 def define_flags():
@@ -268,6 +371,9 @@ def define_flags():
                          "is the sequence's frame 1.")
     flags.DEFINE_integer("last_frame", None, "The video frame the sequence "
                          "ends at (default: the video's last).")
+    flags.DEFINE_integer("gt_last_frame", None, "The last video frame the "
+                         "ground truth annotates (default: its last row's); "
+                         "later frames are not scored.")
 
 
 if __name__ == "__main__":

@@ -393,3 +393,22 @@ def test_gallery_benchmark_refuses_no_queries_and_prints_small_ratios(
     spec.loader.exec_module(gallery)
     assert [gallery._ratio(r) for r in (0.67, 1.0, 3.456, 41.6)] == [
         "0.67x", "1x", "3.5x", "42x"]
+
+
+def test_a_bad_or_unreachable_scheduler_is_one_line(trained, images,
+                                                    tmp_path):
+    pytest.importorskip("distributed")
+    path, _ = trained
+    out = tmp_path / "shards"
+    for scheduler, words in (("localhost:8786x", ("--scheduler=",
+                                                  "tcp://host:port")),
+                             ("tcp://127.0.0.1:1", ("cannot reach",
+                                                    "127.0.0.1:1"))):
+        start = time.time()
+        result = run_script("-m", "cosine_metric_learning.encode_shards",
+                            f"--model={path}", f"--images={images}",
+                            f"--output_dir={out}",
+                            f"--scheduler={scheduler}")
+        one_error_line(result, *words)
+        assert time.time() - start < 60  # Dask's own wait is 30 s a try
+        assert not out.exists()  # nothing written

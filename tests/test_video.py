@@ -64,7 +64,8 @@ def test_a_video_is_a_sequence_every_command_reads(scene, trained,
     assert dict(info["Sequence"]) == {
         "name": "VID-01", "framerate": "7", "seqlength": "40",
         "imwidth": "640", "imheight": "360",
-        "writtenby": video.WRITER, "video": path, "videostart": "1"}
+        "writtenby": video.WRITER, "gtwritten": "yes", "video": path,
+        "videostart": "1"}
     assert not (out / "img1").exists()  # the frames stay in the video
     sequence = mot_sequences.read_sequence(str(out))
     jpegs = mot_sequences.read_sequence(folder)
@@ -182,3 +183,125 @@ def test_bad_videos_and_files_are_one_line_and_nothing_is_written(
     with pytest.raises(UsageError, match="names the video .*gone', which "
                        "is not a file"):
         mot_sequences.read_sequence(str(out))
+
+
+def _metrics(sequence, out):
+    return track.evaluate(["none"], [sequence], "det", out, sweep=False)[
+        "models"]["none"]["runs"][0]["metrics"]["COMBINED"]
+
+
+def test_ground_truth_of_part_of_the_video_scores_those_frames(
+        scene, tmp_path):
+    """Annotations of frames 1-20 of a 40-frame video: recorded, and the
+    tracking scored on those frames as the sequence cut at frame 20 is
+    (the tracker is online: its boxes up to frame 20 are the same)."""
+    folder, path = scene
+    gt = np.loadtxt(f"{folder}/gt/gt.txt", delimiter=",")
+    partial = tmp_path / "gt-1-20.txt"
+    np.savetxt(partial, gt[gt[:, 0] <= 20], delimiter=",", fmt="%.6g")
+    out = tmp_path / "made" / "here" / "WHOLE-01"  # parents created
+    result = run_script("-m", "cosine_metric_learning.datasets.video",
+                        f"--video={path}",
+                        f"--detections={folder}/det/det.txt",
+                        f"--gt={partial}", f"--output_dir={out}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "annotates frames 1-20 of the sequence's 40: only those are " \
+        "scored" in result.stdout
+    whole = mot_sequences.read_sequence(str(out))
+    assert whole.num_frames == 40 and whole.scored_frames == 20
+    video.write_sequence(path, f"{folder}/det/det.txt",
+                         str(tmp_path / "CUT-01"), gt=str(partial),
+                         last_frame=20, log=lambda _: None)
+    cut = mot_sequences.read_sequence(str(tmp_path / "CUT-01"))
+    assert cut.gt_last_frame is None and cut.scored_frames == 20
+    scored = _metrics(whole, str(tmp_path / "whole"))
+    assert scored == _metrics(cut, str(tmp_path / "cut"))
+    # without the record, the frames after 20 count as frames without
+    # people (the tracker's boxes there are false positives), with a
+    # warning naming the last annotated frame
+    info = (out / "seqinfo.ini").read_text()
+    (out / "seqinfo.ini").write_text(info.replace("gtLastFrame=20\n", ""))
+    unrecorded = mot_sequences.read_sequence(str(out))
+    assert unrecorded.scored_frames == 40
+    assert _metrics(unrecorded, str(tmp_path / "unrecorded"))["MOTA"] < \
+        scored["MOTA"]
+    result = run_script("-m", "cosine_metric_learning.track", "--model=none",
+                        f"--sequences={out}",
+                        f"--output_dir={tmp_path / 'warned'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ends at frame 20 of 40" in result.stderr
+    # a ground truth with no row in the range: no gt/gt.txt, said
+    lines = []
+    video.write_sequence(path, f"{folder}/det/det.txt",
+                         str(tmp_path / "LATE-01"), gt=str(partial),
+                         first_frame=25, log=lines.append)
+    assert not (tmp_path / "LATE-01" / "gt").exists()
+    assert "no row in video frames 25-40" in lines[0]
+
+
+def test_a_rerun_keeps_what_the_user_added_to_the_output(scene, tmp_path):
+    folder, path = scene
+    out = tmp_path / "SEQ-01"
+    video.write_sequence(path, f"{folder}/det/det.txt", str(out))
+    for added in ("gt/gt.txt", "notes.txt", "results/SEQ-01.txt",
+                  "det/mine.txt"):
+        (out / added).parent.mkdir(exist_ok=True)
+        (out / added).write_text("the user's")
+        with pytest.raises(UsageError, match="refusing to replace"):
+            video.write_sequence(path, f"{folder}/det/det.txt", str(out))
+        assert (out / added).read_text() == "the user's"
+        (out / added).unlink()
+        if not os.listdir((out / added).parent):  # gt/, results/
+            (out / added).parent.rmdir()
+    # what it wrote itself, its ground truth included, it replaces
+    video.write_sequence(path, f"{folder}/det/det.txt", str(out),
+                         gt=f"{folder}/gt/gt.txt", log=lambda _: None)
+    video.write_sequence(path, f"{folder}/det/det.txt", str(out))
+    assert not (out / "gt").exists()
+
+
+def test_ground_truth_with_an_identity_twice_in_a_frame(scene, tmp_path):
+    """A det.txt passed as --gt, or a gt.txt with a box twice: one line
+    before any work, in the converter and in track."""
+    folder, path = scene
+    result = run_script("-m", "cosine_metric_learning.datasets.video",
+                        f"--video={path}",
+                        f"--detections={folder}/det/det.txt",
+                        f"--gt={folder}/det/det.txt",
+                        f"--output_dir={tmp_path / 'out'}")
+    one_error_line(result, "--gt=", ": row ", "identity -1 has two boxes "
+                   "in frame", "a detection file, not ground truth?")
+    assert not (tmp_path / "out").exists()
+    out = tmp_path / "SEQ-01"
+    video.write_sequence(path, f"{folder}/det/det.txt", str(out),
+                         gt=f"{folder}/gt/gt.txt", log=lambda _: None)
+    rows = (out / "gt" / "gt.txt").read_text().splitlines()
+    (out / "gt" / "gt.txt").write_text("\n".join(rows + rows[-1:]) + "\n")
+    result = run_script("-m", "cosine_metric_learning.track", "--model=none",
+                        f"--sequences={out}",
+                        f"--output_dir={tmp_path / 'tracking'}")
+    one_error_line(result, f"row {len(rows) + 1}: identity")
+    assert not (tmp_path / "tracking").exists()
+
+
+def test_truncated_videos_late_starts_and_names_with_separators(
+        scene, tmp_path):
+    folder, path = scene
+    data = open(path, "rb").read()
+    cut = tmp_path / "cut.avi"
+    cut.write_bytes(data[:len(data) * 6 // 10])
+    out = tmp_path / "out"
+    with pytest.raises(UsageError, match="the video file is truncated "
+                       r"\(its header promises 40 frames"):
+        video.write_sequence(str(cut), f"{folder}/det/det.txt", str(out))
+    result = run_script("-m", "cosine_metric_learning.datasets.video",
+                        f"--video={path}",
+                        f"--detections={folder}/det/det.txt",
+                        f"--output_dir={out}", "--first_frame=41")
+    one_error_line(result, "--first_frame=41: the video has 40 frames")
+    result = run_script("-m", "cosine_metric_learning.datasets.video",
+                        "--video=/nowhere.avi",
+                        f"--detections={folder}/det/det.txt",
+                        f"--output_dir={out}", "--name=cam/01")
+    one_error_line(result, "--name=cam/01", "path separators")
+    assert not out.exists()

@@ -44,7 +44,6 @@ def _accepted(distances, check):
 def _boxmot_update(tracker, boxes, features):
     """BoxMOT 25's ``update`` on ``boxes`` (xyxy, confidence 0.9) with
     their precomputed ``features``: the ids of the tracks it reports."""
-    import torch
     from boxmot.structures.detections import Detections
     from boxmot.structures.geometry import Boxes
     count = len(boxes)

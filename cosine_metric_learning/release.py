@@ -95,10 +95,17 @@ def read_values(path):
     left out) or of the Const nodes of a frozen graph; ArgumentError if
     it holds no encoder of this network."""
     if path.lower().endswith(".pb"):
+        nodes = export.read_graph_def(path).node
         values = {node.name: tf.make_ndarray(node.attr["value"].tensor)
-                  for node in export.read_graph_def(path).node
-                  if node.op == "Const"}
+                  for node in nodes if node.op == "Const"}
         what = "frozen graph"
+        if MARKER not in values and {"images", "features"} <= {
+                node.name for node in nodes}:
+            raise ArgumentError(
+                "path", path, "a frozen encoder whose weights are folded "
+                "into its graph (as --mode=freeze writes it): it encodes, "
+                "but training needs the checkpoint or run it was frozen "
+                "from")
     else:
         try:
             reader = tf.train.load_checkpoint(path)

@@ -35,6 +35,7 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
 
 import json
 import os
+import shlex
 
 import numpy as np
 import scipy.optimize
@@ -466,12 +467,15 @@ def format_table(summary):
     return "\n".join(lines)
 
 
-def format_gates(entry, given, model=None):
+def format_gates(entry, given, model=None, videos=(), sequences=0):
     """A model's gates: self-calibrated (in each tracker's convention),
-    the best of the sweep with its Deep SORT command line, and the one
-    found on the ground truth; ``given``: the gate asked for (a number,
-    or :data:`AUTO`). :data:`IDENTITY` (``model``) has none of them: its
-    features are made from the ground truth."""
+    the best of the sweep with its Deep SORT command line (paths quoted
+    for the shell), and the one found on the ground truth; ``given``: the
+    gate asked for (a number, or :data:`AUTO`); ``videos``: the names of
+    the ``sequences`` (a count) whose frames are in a video, which Deep
+    SORT's application cannot read (it reads ``img1/``). :data:`IDENTITY`
+    (``model``) has none of them: its features are made from the ground
+    truth."""
     if model == IDENTITY:
         lines = [
             "  no self-calibrated gate and no deep_sort_app line: its "
@@ -510,13 +514,21 @@ def format_gates(entry, given, model=None):
                 f"{gate:.4g}" if gate is not None else
                 f"none (no track seen {GATE_FRAME_GAP} frames apart beside "
                 "another in a frame)"))
+        detection_file = shlex.quote(
+            os.path.join(entry["folder"], "SEQUENCE") + ".npy")
         lines.append(
             "  python deep_sort_app.py --sequence_dir=SEQUENCE "
-            f"--detection_file={os.path.join(entry['folder'], 'SEQUENCE')}"
-            f".npy --min_confidence={best['min_confidence']:g} "
+            f"--detection_file={detection_file} "
+            f"--min_confidence={best['min_confidence']:g} "
             f"--nms_max_overlap={best['nms_max_overlap']:g} "
             f"--max_cosine_distance={best['max_cosine_distance']:g} "
             f"--nn_budget={best['nn_budget']}")
+        if videos:
+            note = ("  Deep SORT's deep_sort_app.py reads the frames from "
+                    f"img1/, which {', '.join(videos)} lack (their frames are "
+                    "in a video): datasets.video --frames=jpg writes them")
+            lines[-1:] = [note] + (lines[-1:] if len(videos) < sequences
+                                   else [])
     return "\n".join(lines)
 
 
@@ -563,7 +575,9 @@ def main(argv):
             if model != NONE:
                 print(f"\n{model}:")
                 print(format_gates(entry, parameters["max_cosine_distance"],
-                                   model))
+                                   model, [s.name for s in sequences
+                                           if s.video is not None],
+                                   len(sequences)))
         print(f"wrote {os.path.join(output_dir, SUMMARY_NAME)}")
         return 0
 

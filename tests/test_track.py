@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 
@@ -687,3 +688,23 @@ def test_mot15_ground_truth_as_it_comes(sequence_dir, tmp_path):
     assert manifest["identities"] == twin_manifest["identities"]
     assert manifest["counts"] == twin_manifest["counts"]
     assert manifest["counts"]["kept"] > 0
+
+
+def test_the_deep_sort_app_line_quotes_paths_and_knows_videos():
+    """The printed command line survives a folder with a space, and is
+    replaced by a note for sequences whose frames are in a video."""
+    best = {"parameters": {**tracking.DEFAULTS, "max_cosine_distance": 0.3},
+            "metrics": {"COMBINED": {"IDF1": 0.5}}}
+    entry = {"self_calibrated_gate": None, "best": best,
+             "ground_truth_gate": 0.25, "folder": "my runs/model"}
+    text = track.format_gates(entry, 0.2, "run", [], 1)
+    line = next(l for l in text.splitlines() if "deep_sort_app.py" in l)
+    arguments = shlex.split(line.strip())
+    assert "--detection_file=my runs/model/SEQUENCE.npy" in arguments
+    assert "--max_cosine_distance=0.3" in arguments
+    text = track.format_gates(entry, 0.2, "run", ["CAM-01"], 1)
+    assert "python deep_sort_app.py" not in text
+    assert "CAM-01 lack" in text and "--frames=jpg" in text
+    # beside sequences with img1/, the line stays, after the note
+    text = track.format_gates(entry, 0.2, "run", ["CAM-01"], 2)
+    assert "CAM-01 lack" in text and "python deep_sort_app.py" in text

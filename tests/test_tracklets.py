@@ -528,6 +528,15 @@ def test_adapt_refuses_before_the_work_and_leaves_nothing_behind(
         adapt.adapt(trained[0], [scene], str(users))
     assert os.listdir(users) == ["run"]
     assert sorted(os.listdir(users / "run")) == before
+    # the project's own frozen graph: it encodes, but cannot be trained
+    from cosine_metric_learning import checkpoints, export
+    encoder, _ = checkpoints.load_encoder(trained[0])
+    frozen = str(tmp_path / "frozen.pb")
+    export.freeze(encoder, frozen, encoder.input_shape[1:])
+    with pytest.raises(ArgumentError, match="training needs the checkpoint "
+                       "or run it was frozen from"):
+        adapt.adapt(frozen, [scene], str(tmp_path / "from_pb"))
+    assert not (tmp_path / "from_pb").exists()
     # the thresholds a refusal names are flags of the command, and a
     # refused run leaves no folder: a 5-frame sequence has no tracklet,
     # scores below the tracker's cut leave no detection

@@ -19,15 +19,21 @@ self-calibrated gate (``--max_cosine_distance=auto``) and at the best
 gate of the sweep, and re-identification mAP on the ground-truth crops
 (the converter at ``--frame_stride=3``, ``train_custom.py --mode=test``).
 Repeated rows get
-their mean and spread. Everything goes to ``--output_json``.
+their mean and spread. Everything goes to ``--output_json``. A ground
+truth that ends before the video (frames 1-400 of PETS09-S2L1's 795) is
+scored on its frames only (``datasets.video`` records them), with or
+without ``--split``. Progress lines go to stderr; the work folder is
+removed at the end, Ctrl-C included.
 """
 
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -141,6 +147,20 @@ def main(argv=None):
     parser.add_argument("--output_json", default=None)
     args = parser.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="real_video.")
+    try:  # the work folder goes whatever happens, Ctrl-C included
+        return run(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def progress(text):
+    """A progress line on stderr: the run takes minutes."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr,
+          flush=True)
+
+
+def run(args, tmp):
+    progress(f"writing the sequences of {args.video}")
     paths = _sequences(args, os.path.join(tmp, "sequences"))
     scored = [s for s in (mot_sequences.read_sequence(p) for p in paths)
               if s.ground_truth is not None]
@@ -152,6 +172,8 @@ def main(argv=None):
     verdicts = {}
     for model in models:
         for repeat in range(args.adapt_repeats):
+            progress(f"adapting {model}, run {repeat + 1} of "
+                     f"{args.adapt_repeats}")
             report = adapt.adapt(model, paths,
                                  os.path.join(tmp, f"adapted_{repeat}"))
             if isinstance(report, int):
@@ -163,16 +185,21 @@ def main(argv=None):
                 "held_out")}
     entries = list(rows.values())
     cache = {}  # each model's features, encoded once
+    progress(f"tracking with {len(entries)} rows, each swept over the "
+             "gates")
     swept = track.evaluate(entries, scored, "det",
                            os.path.join(tmp, "swept"), sweep=True,
                            cache=cache)
+    progress("tracking at each model's self-calibrated gate")
     auto = track.evaluate(entries, scored, "det", os.path.join(tmp, "auto"),
                           sweep=False, cache=cache, parameters={
                               "max_cosine_distance": track.AUTO})
+    progress("cutting the ground truth's crops for the re-identification mAP")
     crops = os.path.join(tmp, "crops")
     mot_crops.convert([s.path for s in scored], crops, frame_stride=3)
     table = {}
-    for label, model in rows.items():
+    for number, (label, model) in enumerate(rows.items(), 1):
+        progress(f"row {number} of {len(rows)}: {label}")
         entry = swept["models"][model]
         calibrated = auto["models"][model]
         table[label] = {
@@ -188,7 +215,8 @@ def main(argv=None):
             "mAP": (reid_map(model, crops) if model not in (
                 track.NONE, track.IDENTITY, *peers.NAMES) else None)}
     print(f"\n{args.video}: {', '.join(s.name for s in scored)} scored "
-          f"together ({sum(s.num_frames for s in scored)} frames)")
+          f"together ({sum(s.scored_frames for s in scored)} frames "
+          "annotated)")
     print(format_table(table))
     for label, verdict in verdicts.items():
         print(f"{label}: held-out verdict {verdict['verdict']}, kept the "

@@ -522,8 +522,12 @@ def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m cosine_metric_learning.search",
         description=__doc__.split("\n\n")[0])
+    parser.add_argument("--helpfull", action="help", help="show this help "
+                        "(as the other commands take it) and exit")
     commands = parser.add_subparsers(dest="command", required=True)
     b = commands.add_parser("build", help="index feature shards")
+    b.add_argument("--helpfull", action="help", help="show this help "
+                   "(as the other commands take it) and exit")
     b.add_argument("--features", required=True, help="comma-separated .npy "
                    "feature files (with their .filenames.txt) or folders "
                    "of them")
@@ -539,6 +543,8 @@ def _parser():
                    "that encoded them (their queries go unchecked)")
     q = commands.add_parser("query", help="rank the index's gallery for "
                             "query images or features")
+    q.add_argument("--helpfull", action="help", help="show this help "
+                   "(as the other commands take it) and exit")
     q.add_argument("--index", required=True)
     what = q.add_mutually_exclusive_group(required=True)
     what.add_argument("--images", help="a folder or glob of query images "

@@ -133,8 +133,8 @@ def test_test_mode_outputs_are_checked_before_the_work(run, market_dir,
     result = run_script("train_market1501.py", "--mode=test",
                         f"--dataset_dir={market_dir}",
                         f"--restore_path={run[1]}",
-                        f"--output_json={tmp_path / 'nowhere' / 'x.json'}")
-    one_error_line(result, "does not exist")
+                        f"--output_json={photo / 'x.json'}")
+    one_error_line(result, f"{photo} is a file, not a folder")
     assert "Encoding" not in result.stderr
     result = run_script("train_market1501.py", "--mode=test",
                         f"--dataset_dir={market_dir}",

@@ -204,7 +204,9 @@ def test_modes_write_files_and_refuse_bad_input(market_dir, trained,
     assert re.search(r"re-ranking \d+ images: done", result.stderr)
 
     bad = [(["--restore_path=/nowhere/ckpt-1"], "no such checkpoint"),
-           ([f"--output={tmp_path / 'missing' / 'm.pb'}"], "does not exist")]
+           ([f"--output={tmp_path / 'a_file' / 'm.pb'}"],
+            "a_file is a file, not a folder")]
+    (tmp_path / "a_file").write_text("mine")
     for args, message in bad:
         args = args if args[0].startswith("--restore") else \
             [f"--restore_path={checkpoint}"] + args

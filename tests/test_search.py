@@ -172,6 +172,11 @@ def test_bad_input_is_one_line(gallery, tmp_path):
                         f"--index={tmp_path / 'mine'}")
     one_error_line(result, "refusing to write into", "notes.txt")
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+    # --helpfull, as every other command takes it, prints the flags
+    for command in ("build", "query"):
+        result = run_script("-m", "cosine_metric_learning.search", command,
+                            "--helpfull")
+        assert result.returncode == 0 and "--index" in result.stdout
 
 
 def _query(index, query, output, *args):

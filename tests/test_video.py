@@ -4,6 +4,7 @@ every command that takes sequences."""
 
 import configparser
 import glob
+import json
 import os
 
 import numpy as np
@@ -305,3 +306,33 @@ def test_truncated_videos_late_starts_and_names_with_separators(
                         f"--output_dir={out}", "--name=cam/01")
     one_error_line(result, "--name=cam/01", "path separators")
     assert not out.exists()
+
+
+def test_real_video_benchmark_scores_annotated_frames_and_cleans_up(
+        scene, tmp_path):
+    """The benchmark on a video whose ground truth covers frames 1-20 of
+    40, without --split: progress lines, the annotated frames scored, and
+    no work folder left behind."""
+    folder, path = scene
+    gt = np.loadtxt(f"{folder}/gt/gt.txt", delimiter=",")
+    partial = tmp_path / "gt-1-20.txt"
+    np.savetxt(partial, gt[gt[:, 0] <= 20], delimiter=",", fmt="%.6g")
+    work = tmp_path / "tmp"
+    work.mkdir()
+    result = run_script("benchmarks/real_video.py", f"--video={path}",
+                        f"--detections={folder}/det/det.txt",
+                        f"--gt={partial}", "--frame_rate=7",
+                        f"--output_json={tmp_path / 'table.json'}",
+                        env={"TMPDIR": str(work)}, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "scored together (20 frames annotated)" in result.stdout
+    assert "tracking with 2 rows" in result.stderr
+    assert os.listdir(work) == []
+    table = json.loads((tmp_path / "table.json").read_text())["table"]
+    # motion alone, scored on frames 1-20 as datasets.video --last_frame=20
+    video.write_sequence(path, f"{folder}/det/det.txt",
+                         str(tmp_path / "CUT-01"), gt=str(partial),
+                         frame_rate=7, last_frame=20, log=lambda _: None)
+    cut = _metrics(mot_sequences.read_sequence(str(tmp_path / "CUT-01")),
+                   str(tmp_path / "cut"))
+    assert table["motion only"]["at 0.2"]["IDF1"] == cut["IDF1"]

@@ -56,8 +56,9 @@ command.
 ``adapt.json`` is written first and records the model (its checkpoint
 and a digest of it), the sequences (their ``det.txt``'s digests) and
 every setting that shapes the run. A rerun with the same inputs continues
-that run (a stopped training goes on; a finished one is measured and
-exported again, with the ``--keep`` asked); with any other input it is
+that run (a stopped training goes on; a finished one keeps its
+measurements and exports the model ``--keep`` asks for); with any other
+input it is
 refused, naming what differs. Each sequence's detection scores and what
 the thresholds keep of them are logged before the work; a run refused
 before its training began leaves nothing behind.
@@ -556,10 +557,14 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
     config.validate()
     report_path = os.path.join(output_dir, REPORT_NAME)
     mode, name = EXPORTS[export]
-    write, check, _ = cli.EXPORTERS[mode] if mode else (None, None, None)
-    if check is not None and recorded is not None:  # an earlier export
-        check(os.path.join(output_dir, name))
-
+    if mode is not None and recorded is not None:  # an earlier export
+        cli.EXPORTERS[mode][1](os.path.join(output_dir, name))
+    if _finished(output_dir, recorded, number_of_steps):
+        logging.info("%s: a finished run of these inputs; its measurements "
+                     "kept, the model to export chosen with --keep=%s",
+                     output_dir, keep)
+        return _keep_and_export(recorded, keep, prefix, export, output_dir,
+                                shape)
     created = not os.path.isdir(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     if recorded is None:  # what a rerun compares itself with
@@ -614,8 +619,6 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
         for p in held}, cache, cut)
     held_out["first_frames"] = {s.name: first for s, (_, _, first) in
                                 zip(sequences, split)}
-    kept = ("adapted" if keep == "adapted" or (
-        keep == "auto" and held_out_gain(held_out)) else "start")
     report = {**inputs, "adapted": adapted, "tracklets": {
         "identities": len(manifest["identities"]),
         "crops": manifest["counts"]["kept"]},
@@ -637,15 +640,40 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
                                        identities.label_names[b], distance]
                                       for a, b, distance in links]}},
         "before": before, "after": after, "held_out": held_out,
-        "verdict": held_out["verdict"], "keep": keep, "kept": kept,
-        "kept_why": kept_why(keep, held_out),
-        "kept_checkpoint": adapted if kept == "adapted" else prefix,
-        "export": None}
+        "verdict": held_out["verdict"]}
+    return _keep_and_export(report, keep, prefix, export, output_dir, shape)
+
+
+def _finished(output_dir, recorded, number_of_steps):
+    """Whether ``recorded`` (the report in ``output_dir``, of the same
+    inputs) is of a run that trained and was measured, its adapted
+    checkpoint still the run's latest."""
+    if not recorded or recorded.get("after") is None or \
+            not recorded.get("adapted"):
+        return False
+    latest = tf.train.latest_checkpoint(os.path.join(output_dir, "run"))
+    return (latest is not None and os.path.abspath(latest) ==
+            os.path.abspath(recorded["adapted"])
+            and checkpoints.checkpoint_step(latest) >= number_of_steps)
+
+
+def _keep_and_export(report, keep, prefix, export, output_dir, shape):
+    """The model ``keep`` chooses (``auto``: the held-out check's), its
+    export, and the report written with them."""
+    kept = ("adapted" if keep == "adapted" or (
+        keep == "auto" and held_out_gain(report["held_out"])) else "start")
+    report = {**report, "keep": keep, "kept": kept,
+              "kept_why": kept_why(keep, report["held_out"]),
+              "kept_checkpoint": (report["adapted"] if kept == "adapted"
+                                  else prefix),
+              "export": None}
+    mode, name = EXPORTS[export]
     if mode is not None:
+        write = cli.EXPORTERS[mode][0]
         encoder, _ = checkpoints.load_encoder(report["kept_checkpoint"])
         report["export"] = write(encoder, os.path.join(output_dir, name),
                                  shape)
-    _write_report(report_path, report)
+    _write_report(os.path.join(output_dir, REPORT_NAME), report)
     return report
 
 

@@ -342,7 +342,8 @@ def test_track_with_the_self_calibrated_gate(scene, trained, tmp_path):
         track.parse_gate("often")
 
 
-def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
+def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path,
+                                                   monkeypatch):
     from cosine_metric_learning import adapt, encoder as encoder_lib
     out = tmp_path / "adapted"
     report = adapt.adapt(trained[0], [scene], str(out), number_of_steps=3,
@@ -435,8 +436,15 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path):
     # the other model on asking, from the finished run (not trained again)
     keep, source = (("start", trained[0]) if report["kept"] == "adapted"
                     else ("adapted", report["adapted"]))
-    chosen = adapt.adapt(trained[0], [scene], str(out), number_of_steps=3,
-                         batch_size=16, keep=keep)
+    def measured_again(*_, **__):
+        raise AssertionError("a finished run was measured again")
+
+    with monkeypatch.context() as patched:  # its measurements are kept
+        patched.setattr(adapt, "_numbers", measured_again)
+        patched.setattr(adapt, "_held_out", measured_again)
+        chosen = adapt.adapt(trained[0], [scene], str(out),
+                             number_of_steps=3, batch_size=16, keep=keep)
+    assert chosen["held_out"] == report["held_out"]
     assert chosen["kept"] == keep and chosen["kept_why"] == f"--keep={keep}"
     assert report["kept_why"] == adapt.kept_why("auto", held)
     np.testing.assert_allclose(encoder_lib.load(chosen["export"])(patches),

@@ -34,11 +34,8 @@ def idf1_at(gate, scenes):
     with tempfile.TemporaryDirectory() as tmp:
         results = {}
         for sequence, rows, features, _ in scenes:
-            tracked = tracking.run_tracker(
-                rows, features, sequence.num_frames, **{
-                    **{k: tracking.DEFAULTS[k]
-                       for k in tracking.TRACKER_PARAMETERS},
-                    "max_cosine_distance": gate})
+            tracked = tracking.track(rows, features, sequence.num_frames, {
+                **tracking.DEFAULTS, "max_cosine_distance": gate})
             results[sequence.name] = os.path.join(tmp, sequence.name)
             tracking.write_results(results[sequence.name], tracked)
         return tracking.score([s for s, *_ in scenes], results)["COMBINED"][

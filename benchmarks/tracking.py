@@ -150,9 +150,8 @@ def main(argv=None):
                             steps(loaded, sequence, rows),
                             float(cosines(features, reference).min())))
         start = time.perf_counter()
-        tracking.run_tracker(rows, reference, sequence.num_frames,
-                             **{k: tracking.DEFAULTS[k]
-                                for k in tracking.TRACKER_PARAMETERS})
+        tracking.track(rows, reference, sequence.num_frames,
+                       tracking.DEFAULTS)
         per_frame = (time.perf_counter() - start) / args.frames
     print(f"\n{os.cpu_count()} CPU cores, {args.frames} frames of "
           f"{WIDTH}x{HEIGHT} JPEG, {DETECTIONS} boxes each, model "

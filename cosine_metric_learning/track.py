@@ -56,6 +56,7 @@ FLAG_NAMES = {"path": "--model", "models": "--model",
               "backend": "--backend", "sequences": "--sequences",
               "detections": "--detections",
               "classes": "--classes", "output_dir": "--output_dir",
+              "tracker": "--tracker",
               **{name: f"--{name}" for name in tracking.DEFAULTS}}
 NONE = "none"
 # --model=identity: a box's feature is its ground-truth track's (a seeded
@@ -64,8 +65,9 @@ NONE = "none"
 IDENTITY = "identity"
 IDENTITY_MIN_IOU = 0.5
 DEFAULTS = tracking.DEFAULTS
-SWEEP_GATES = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
-SWEEP_BUDGETS = (100,)
+SWEEP_GATES = tracking.TRACKERS[tracking.DEEP_SORT].sweep[
+    "max_cosine_distance"]
+SWEEP_BUDGETS = tracking.TRACKERS[tracking.DEEP_SORT].sweep["nn_budget"]
 # gates the sweep adds between the best grid gate's neighbours
 REFINE_POINTS = 5
 # --max_cosine_distance=auto: the model's self-calibrated gate
@@ -271,14 +273,16 @@ def _safe(label):
 
 def evaluate(models, sequences, detections, output_dir, sweep,
              parameters=None, cache=None, classes=mot_sequences.PEDESTRIANS,
-             backend="auto"):
+             backend="auto", tracker=tracking.DEEP_SORT):
     """Track every sequence with every model at ``parameters`` (the keys
     of :data:`tracking.DEFAULTS`; default those) and, with ``sweep``, every
     gate and budget of the grid; score the boxes of ``classes`` (see
     :func:`tracking.score`). Every argument is checked before the work;
     ``output_dir`` (empty, or an earlier output) is written whole or not
     at all, with ``summary.json``; the models run on ``backend`` (see
-    :func:`encoder.load`). Returns the summary."""
+    :func:`encoder.load`); ``tracker`` is a name of
+    :data:`tracking.TRACKERS`. Returns the summary."""
+    tracking.get_tracker(tracker)
     base = {**DEFAULTS, **(parameters or {})}
     check_parameters(base)
     mot_sequences.check_classes(classes)
@@ -313,7 +317,7 @@ def evaluate(models, sequences, detections, output_dir, sweep,
         elif model != NONE:
             _load(model, cache, backend)
     summary = {"models": {}, "files": [], "parameters": {
-        **base, "detections": detections,
+        **base, "tracker": tracker, "detections": detections,
         "classes": None if classes is None else list(classes),
         "sequences": [s.path for s in sequences]}}
 
@@ -326,7 +330,7 @@ def evaluate(models, sequences, detections, output_dir, sweep,
         for model in models:
             summary["models"][model] = _track_model(
                 model, labels[model], sequences, scored, rows_of, base,
-                sweep, cache, classes, output_dir, written)
+                sweep, cache, classes, output_dir, written, tracker)
         with open(written(SUMMARY_NAME), "w") as f:
             json.dump(summary, f, indent=1)
 
@@ -335,7 +339,8 @@ def evaluate(models, sequences, detections, output_dir, sweep,
 
 
 def _track_model(model, label, sequences, scored, rows_of, base, sweep,
-                 cache, classes, output_dir, written):
+                 cache, classes, output_dir, written,
+                 tracker=tracking.DEEP_SORT):
     """A model's entry of the summary; its files through ``written(*parts
     of the path in output_dir)``, which gives the path to write."""
     path = None if model == NONE else model
@@ -366,9 +371,8 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
             if calibrated and not runs:  # a model's, for deep_sort_app
                 write_detections_file(
                     written(folder, f"{sequence.name}.npy"), rows, features)
-            tracked = tracking.run_tracker(
-                rows, features, sequence.num_frames,
-                **{k: setting[k] for k in tracking.TRACKER_PARAMETERS})
+            tracked = tracking.track(rows, features, sequence.num_frames,
+                                     setting, tracker)
             results[sequence.name] = written(folder, name,
                                              f"{sequence.name}.txt")
             tracking.write_results(results[sequence.name], tracked)
@@ -378,7 +382,9 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
 
     run(base)  # the given setting first
     if sweep and path is not None:
-        grid = [_with(base, g, b) for b in SWEEP_BUDGETS for g in SWEEP_GATES]
+        sweeps = tracking.get_tracker(tracker).sweep
+        grid = [_with(base, g, b) for b in sweeps["nn_budget"]
+                for g in sweeps["max_cosine_distance"]]
         for setting in grid:
             if setting != base:
                 run(setting)
@@ -567,7 +573,7 @@ def main(argv):
         output_dir = FLAGS.output_dir
         summary = evaluate(models, sequences, FLAGS.detections, output_dir,
                            FLAGS.sweep, parameters, _CACHE, classes,
-                           FLAGS.backend)
+                           FLAGS.backend, FLAGS.tracker)
         print(format_table(summary))
         if not any(s.ground_truth is not None for s in sequences):
             print("no sequence has gt/gt.txt: tracked, not scored")
@@ -585,6 +591,10 @@ def main(argv):
 
 
 def define_flags():
+    flags.DEFINE_enum("tracker", tracking.DEEP_SORT, list(tracking.TRACKERS),
+                      "The association algorithm: " + "; ".join(
+                          f"{name}: {entry.title}" for name, entry in
+                          tracking.TRACKERS.items()) + ".")
     flags.DEFINE_string("model", None, "Comma-separated models: anything "
                         "encoder.load opens (a run's folder, a checkpoint, "
                         ".pb, SavedModel, .onnx, .xml), none (the "

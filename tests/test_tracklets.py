@@ -119,8 +119,7 @@ def test_deep_sort_setting_accepts_inside_the_gate_and_rejects_outside(gate):
     up) keeps its detection at a cosine distance just inside the gate
     and loses the one just outside."""
     name, value = gates.printed_setting("Deep SORT", gate)
-    parameters = {**{k: tracking.DEFAULTS[k]
-                     for k in tracking.TRACKER_PARAMETERS}, name: value}
+    parameters = {**tracking.DEFAULTS, name: value}
     for distance, accepted in zip(gates.inside_and_outside(gate),
                                   (True, False)):
         seen, later = gates.pair_at(distance)
@@ -128,8 +127,8 @@ def test_deep_sort_setting_accepts_inside_the_gate_and_rejects_outside(gate):
         rows = np.asarray([[frame, -1, 100, 100, 50, 100, 1]
                            for frame in (1, 2, 3, 5)], float)
         matches = []
-        tracking.run_tracker(rows, np.stack([seen] * 3 + [later]), 5,
-                             matches=matches, **parameters)
+        tracking.track(rows, np.stack([seen] * 3 + [later]), 5, parameters,
+                       matches=matches)
         assert ((5, 1, 3) in matches) == accepted, distance
         assert (3, 1, 2) in matches
 

@@ -79,7 +79,7 @@ from absl import app, flags, logging
 
 from cosine_metric_learning import checkpoints, cli, export as export_lib
 from cosine_metric_learning import features as features_lib
-from cosine_metric_learning import files, mot_sequences, preprocessing
+from cosine_metric_learning import files, formats, mot_sequences, preprocessing
 from cosine_metric_learning import run_settings, settings, tracking
 from cosine_metric_learning import model as model_lib
 from cosine_metric_learning import track
@@ -114,10 +114,9 @@ MIN_HELD_OUT_TRACKLETS = 5
 # held-out frames better (the adapted one never where it is worse there,
 # or where nothing was checked)
 KEEP = ("auto", "adapted", "start")
-EXPORTS = {"freeze": (cli.Mode.FREEZE, "adapted.pb"),
-           "onnx": (cli.Mode.ONNX, "adapted.onnx"),
-           "openvino": (cli.Mode.OPENVINO, "adapted.xml"),
-           "tflite": (cli.Mode.TFLITE, "adapted.tflite"),
+# --export: the export modes of the file formats (formats.FORMATS), or none
+EXPORTS = {**{f.mode: (cli.Mode(f.mode), f"adapted{f.extension}")
+              for f in formats.exported() if f.extension},
            "none": (None, None)}
 REPORT_NAME = "adapt.json"
 # the model it started from, its batch-norm statistics re-estimated on

@@ -15,11 +15,10 @@ from typing import Any, Callable, Tuple
 import numpy as np
 import tensorflow as tf
 
-from cosine_metric_learning import checkpoints, deploy, export
+from cosine_metric_learning import checkpoints, deploy, export, formats
 from cosine_metric_learning.errors import ArgumentError, first_line
-
-TENSORFLOW, ONNXRUNTIME, OPENVINO, LITERT = ("tensorflow", "onnxruntime",
-                                             "openvino", "litert")
+from cosine_metric_learning.formats import LITERT, ONNXRUNTIME, OPENVINO
+from cosine_metric_learning.formats import TENSORFLOW
 FASTEST = "fastest"
 NAMES = ("auto", FASTEST, TENSORFLOW, ONNXRUNTIME, OPENVINO, LITERT)
 # float32 on every processor: OpenVINO's CPU plugin otherwise computes in
@@ -54,20 +53,14 @@ def model_format(path):
                             "a checkpoint or a training run's folder")
     if os.path.isdir(path) and tf.saved_model.contains_saved_model(path):
         return "saved_model"
-    extension = os.path.splitext(path)[1].lower()
-    formats = {".pb": "frozen", ".onnx": "onnx", ".xml": "openvino",
-               ".tflite": "tflite"}
-    if extension in formats:
-        if not os.path.isfile(path):
-            raise ArgumentError("path", path, "no such file")
-        return formats[extension]
-    return "checkpoint"
+    name = formats.of_path(path)
+    if formats.by_name(name).extension and not os.path.isfile(path):
+        raise ArgumentError("path", path, "no such file")
+    return name
 
 
 # the backends that can run each format; the first is the default
-RUNS_ON = {"frozen": (TENSORFLOW,), "saved_model": (TENSORFLOW,),
-           "checkpoint": (TENSORFLOW,), "onnx": (ONNXRUNTIME, OPENVINO),
-           "openvino": (OPENVINO,), "tflite": (LITERT,)}
+RUNS_ON = {f.name: f.runtimes for f in formats.FORMATS}
 
 
 def resolve(path, backend):

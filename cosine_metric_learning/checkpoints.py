@@ -7,7 +7,7 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from cosine_metric_learning import files, release, run_settings
+from cosine_metric_learning import files, formats, release, run_settings
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.nets.deep_sort import network_definition
@@ -54,7 +54,7 @@ def verify(prefix):
 
 
 # the files of exported models: made from a checkpoint, not one
-EXPORTED = (".pb", ".onnx", ".xml", ".bin", ".tflite")
+EXPORTED = formats.file_endings()
 
 
 def resolve_checkpoint(path):

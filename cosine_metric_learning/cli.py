@@ -21,7 +21,8 @@ import typing
 from absl import app, flags
 
 from cosine_metric_learning import checkpoints, deploy, evaluator, export
-from cosine_metric_learning import files, kit_features, protocol, release
+from cosine_metric_learning import formats, kit_features, protocol
+from cosine_metric_learning import release
 from cosine_metric_learning import run_settings, settings, training
 from cosine_metric_learning.errors import UsageError, parse_flags
 from cosine_metric_learning.errors import report_errors
@@ -29,43 +30,21 @@ from cosine_metric_learning.errors import report_errors
 FLAGS = flags.FLAGS
 
 
-class Mode(enum.Enum):
-    TRAIN = "train"
-    EVAL = "eval"
-    EXPORT = "export"
-    FINALIZE = "finalize"
-    FREEZE = "freeze"
-    TEST = "test"
-    SAVED_MODEL = "saved_model"
-    ONNX = "onnx"
-    OPENVINO = "openvino"
-    TFLITE = "tflite"
-
+# the modes: training, evaluation, the test protocol, the kits' features,
+# and one export mode per format of the registry (formats.FORMATS)
+Mode = enum.Enum("Mode", [(m.upper(), m) for m in (
+    "train", "eval", "export", "test")] + [
+        (f.mode.upper(), f.mode) for f in formats.exported()])
 
 # mode -> (writer(encoder, output, image_shape, **options), check(output),
-# default output); check refuses a path the writer would not replace (or a
-# converter that is not installed). Only --int8 passes options.
-EXPORTERS = {
-    Mode.FREEZE: (export.freeze, lambda output: files.check_output(
-        output, export.FROZEN_GRAPH), "{name}.pb"),
-    Mode.FINALIZE: (lambda encoder, output, _: export.write_encoder_checkpoint(
-        encoder, output), export.check_checkpoint_prefix, "{name}.ckpt"),
-    Mode.SAVED_MODEL: (export.write_saved_model, lambda output:
-                       files.check_output(output, export.SAVED_MODEL),
-                       "{name}_saved_model"),
-    Mode.ONNX: (deploy.write_onnx, deploy.check_onnx_output,
-                "{name}{int8}.onnx"),
-    Mode.OPENVINO: (deploy.write_openvino, deploy.check_openvino_output,
-                    "{name}{int8}.xml"),
-    Mode.TFLITE: (deploy.write_tflite, deploy.check_tflite_output,
-                  "{name}{int8}.tflite"),
-}
-
+# default output), from the registry. Only --int8 passes options.
+EXPORTERS = {Mode(f.mode): (f.write, f.check_output, f.default_output)
+             for f in formats.exported()}
 # the modes that take --int8, and the package that quantises
-INT8_QUANTISERS = {Mode.ONNX: "onnxruntime", Mode.OPENVINO: "nncf",
-                   Mode.TFLITE: "tensorflow"}
-# the modes that take --export_layout (all of INT8_QUANTISERS')
-LAYOUT_MODES = tuple(INT8_QUANTISERS)
+INT8_QUANTISERS = {Mode(f.mode): f.int8 for f in formats.exported()
+                   if f.int8}
+# the modes that take --export_layout
+LAYOUT_MODES = tuple(Mode(f.mode) for f in formats.exported() if f.layouts)
 # substrings of a file name from which BoxMOT guesses a model's input size
 # (its own networks'): a BoxMOT export's default name holds none of them
 BOXMOT_NAME_GUESSES = ("osnet", "mobilenetv2", "mobilenetv4", "lmbn",

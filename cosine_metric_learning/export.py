@@ -20,7 +20,7 @@ from tensorflow.python.framework import convert_to_constants
 from tensorflow.python.grappler import tf_optimizer
 
 from cosine_metric_learning import files, preprocessing
-from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.errors import ArgumentError
 
 INPUT_NAME = "images"          # the frozen graph's placeholder (Deep SORT)
 OUTPUT_NAME = "features"
@@ -172,6 +172,16 @@ def check_checkpoint_prefix(prefix):
     return prefix
 
 
+def check_frozen_output(path):
+    """Refuse a path :func:`freeze` would not replace."""
+    return files.check_output(path, FROZEN_GRAPH)
+
+
+def check_saved_model_output(directory):
+    """Refuse a folder :func:`write_saved_model` would not replace."""
+    return files.check_output(directory, SAVED_MODEL)
+
+
 def freeze(encoder, path, image_shape):
     """Write the Deep SORT frozen graph (``images`` -> ``features``) to path."""
     files.check_output(path, FROZEN_GRAPH)
@@ -224,3 +234,9 @@ def write_encoder_checkpoint(encoder, prefix):
         r"\.index|\.data-\d{5}-of-\d{5}", errors=(tf.errors.OpError,))
     logging.info("Wrote encoder checkpoint %s", prefix)
     return prefix
+
+
+def write_checkpoint(encoder, prefix, image_shape=None):
+    """:func:`write_encoder_checkpoint` as the export modes call a writer
+    (the image shape is the checkpoint's own)."""
+    return write_encoder_checkpoint(encoder, prefix)

@@ -15,6 +15,7 @@ import os
 from typing import Optional
 
 from cosine_metric_learning import backends, deploy, distribute, export
+from cosine_metric_learning import formats
 from cosine_metric_learning import image_cache, kit_features, losses
 from cosine_metric_learning import queued_trainer
 from cosine_metric_learning import rerank as rerank_lib
@@ -113,8 +114,8 @@ class Config(BatchConfig):
     restore_path: Optional[str] = setting(
         None, "train: a checkpoint (or a run's folder) to initialise from; "
         "eval: unused; test: a checkpoint, a run's folder or an exported "
-        "model (.pb, SavedModel, .onnx, .xml, .tflite) to measure; export, "
-        "freeze, finalize, saved_model, onnx, openvino, tflite: the "
+        f"model ({formats.exported_models()}) to measure; export, "
+        f"{', '.join(f.mode for f in formats.exported())}: the "
         "checkpoint or run folder to export (default: the latest of "
         "--run_id). Every mode also takes Deep SORT's published model: "
         "mars-small128.ckpt-68577 (its TF1 checkpoint) or mars-small128.pb.")
@@ -311,11 +312,12 @@ class BackendConfig(_Validated):
     """The runtime an exported model runs on."""
     backend: str = setting(
         "auto", "test, export, encode: the runtime of an exported model: "
-        "auto (tensorflow for TensorFlow formats, onnxruntime for .onnx, "
-        "openvino for .xml, litert for .tflite), fastest (the fastest "
-        "installed runtime for the format: openvino, then onnxruntime, at "
-        "the processor's own precision), or onnxruntime or openvino for "
-        ".onnx.",
+        f"auto (the format's own: {formats.default_runtimes()}), fastest "
+        "(the fastest installed runtime for the format: openvino, then "
+        "onnxruntime, at the processor's own precision), or one of the "
+        "runtimes that open it (" + "; ".join(
+            f"{f.what}: {', '.join(f.runtimes)}" for f in formats.FORMATS
+            if len(f.runtimes) > 1) + ").",
         _one_of(backends.NAMES))
 
 
@@ -369,35 +371,30 @@ class ExportConfig(BackendConfig, Config):
         None, "export --format=kit: the official evaluation kit's folder "
         "(Market-1501), where its feature files go.")
     output: Optional[str] = setting(
-        None, "export --format=pytorch_result: the .mat file; freeze: the "
-        ".pb file (default <dataset>.pb); finalize: the checkpoint prefix "
-        "(default <dataset>.ckpt); saved_model: the folder (default "
-        "<dataset>_saved_model); onnx: the .onnx file (default "
-        "<dataset>.onnx); openvino: the .xml file, the .bin goes beside it "
-        "(default <dataset>.xml); tflite: the .tflite file (default "
-        "<dataset>.tflite).")
+        None, "export --format=pytorch_result: the .mat file; "
+        f"{formats.export_outputs()}.")
     int8: bool = setting(
-        False, "onnx, openvino, tflite: quantise to int8 (ONNX Runtime's "
-        "static quantisation, NNCF, TFLite's full-integer quantisation), "
-        "calibrated on training images of --dataset_dir (default output "
-        "<dataset>_int8.onnx, <dataset>_int8.xml, <dataset>_int8.tflite).")
+        False, f"{', '.join(f.mode for f in formats.exported() if f.int8)}"
+        ": quantise to int8 (" + ", ".join(
+            f"{f.mode} with {f.int8}" for f in formats.exported()
+            if f.int8) + "), calibrated on training images of --dataset_dir "
+        f"(default output {formats.int8_outputs()}).")
     calibration_images: int = setting(
         deploy.DEFAULT_CALIBRATION_IMAGES, "--int8: how many training images to "
         "calibrate on (spread evenly over the set).", _at_least_1)
     export_layout: str = setting(
-        export.DEFAULT_LAYOUT, "onnx, openvino, tflite: the model's input: "
-        "default (uint8 BGR crops, NHWC) or boxmot (BoxMOT's float32 NCHW "
-        "of ImageNet-normalised RGB, with <output>.metadata.json giving "
-        "BoxMOT the input size; default output <dataset>_boxmot.onnx, "
-        ".xml, .tflite).", _one_of(export.LAYOUTS))
+        export.DEFAULT_LAYOUT, f"{formats.layout_modes()}: the model's "
+        "input: default (uint8 BGR crops, NHWC) or boxmot (BoxMOT's float32 "
+        "NCHW of ImageNet-normalised RGB, with <output>.metadata.json "
+        "giving BoxMOT the input size; default output "
+        "<dataset>_boxmot.<extension>).", _one_of(export.LAYOUTS))
 
 
 @dataclasses.dataclass
 class EncodeConfig(BackendConfig, ShapeConfig, BatchConfig):
     """The encode command (``python -m cosine_metric_learning.encode``)."""
     model: str = setting(
-        None, "A frozen .pb, a SavedModel folder, an .onnx file, an "
-        "OpenVINO .xml file, a checkpoint or a training run's folder.",
+        None, f"The model: {formats.describe()}.",
         lambda value: None if value else "expected a model")
     images: str = setting(
         None, "A folder or a glob of image files.",

@@ -43,7 +43,7 @@ from absl import app, flags, logging
 
 from cosine_metric_learning import backends
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import files, metrics, mot_sequences
+from cosine_metric_learning import files, formats, metrics, mot_sequences
 from cosine_metric_learning import peers, tracking
 from cosine_metric_learning.datasets import tracklets
 from cosine_metric_learning.errors import ArgumentError, UsageError
@@ -596,8 +596,7 @@ def define_flags():
                           f"{name}: {entry.title}" for name, entry in
                           tracking.TRACKERS.items()) + ".")
     flags.DEFINE_string("model", None, "Comma-separated models: anything "
-                        "encoder.load opens (a run's folder, a checkpoint, "
-                        ".pb, SavedModel, .onnx, .xml), none (the "
+                        f"encoder.load opens ({formats.describe()}), none (the "
                         "appearance term off: IoU and motion only), or "
                         "identity (each box's ground-truth identity as its "
                         "feature: the most appearance can give; needs "

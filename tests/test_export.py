@@ -1,5 +1,6 @@
 """Exported encoders load the ways Deep SORT and users load them."""
 
+import json
 import os
 import re
 
@@ -221,3 +222,22 @@ def test_checkpoint_of_another_network_is_refused(tmp_path):
         5)).save(str(tmp_path / "x"))
     with pytest.raises(UsageError, match="does not match the encoder"):
         encoder_lib.load(other)
+
+
+def test_a_format_is_one_registry_record_and_its_writer(trained, tmp_path):
+    """A format registered before the modes load (tests/helpers/
+    dummy_format.py): its export mode writes it under its default name,
+    the checkpoints take it for an exported model, the backends for its
+    format, adapt offers it and the help lists it."""
+    result = run_script("-m", "tests.helpers.dummy_format", trained[0],
+                        str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    derived = json.loads(result.stdout.strip().splitlines()[-1])
+    assert derived["status"] == 0
+    assert derived["written"] == ["market1501.features.npy"]
+    assert derived["features"] == [2, 128]
+    assert derived["format_of_path"] == "dummy"
+    assert derived["runs_on"] == ["tensorflow"]
+    assert "an exported model, not a checkpoint" in \
+        derived["refused_as_checkpoint"]
+    assert derived["adapt_exports"] and derived["in_help"]

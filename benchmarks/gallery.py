@@ -9,7 +9,7 @@ identity structure (``--per_identity`` features of each identity: its
 centre plus noise) is written as shards and indexed by ``search build``;
 ``--queries`` other features of the same identities are ranked by brute
 force (faiss ``IndexFlatIP``, the exact inner products, BLAS on every
-core) and by the index (``search.Index``: ``--candidates`` from
+core) and by the index (``ann.Index``: ``--candidates`` from
 ``--nprobe`` inverted lists, re-ranked by their exact distances read from
 the memory-mapped shards). Printed: recall@1 and @10 of the index against
 exact ranking, queries per second of both and their ratio (all queries
@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from cosine_metric_learning import search
+from cosine_metric_learning import ann
 
 
 def synthetic_gallery(count, dim, per_identity, spread, seed):
@@ -59,7 +59,7 @@ def synthetic_gallery(count, dim, per_identity, spread, seed):
 def write_shards(folder, features, shard_size):
     os.makedirs(folder)
     for number, begin in enumerate(range(0, len(features), shard_size)):
-        search.write_shard(
+        ann.write_shard(
             os.path.join(folder, f"shard-{number:05d}.npy"),
             features[begin:begin + shard_size],
             (f"{i}.jpg" for i in range(begin, min(begin + shard_size,
@@ -71,7 +71,7 @@ def compare(gallery, queries, folder, args, exclude_self=False):
     import faiss
     write_shards(os.path.join(folder, "features"), gallery, args.shard_size)
     # synthetic features, or the encoded ones written here again: no model
-    report = search.build(os.path.join(folder, "features"),
+    report = ann.build(os.path.join(folder, "features"),
                           os.path.join(folder, "index"), kind=args.codes,
                           log=lambda _: None, allow_unknown_model=True)
     k = args.top_k + (1 if exclude_self else 0)
@@ -80,7 +80,7 @@ def compare(gallery, queries, folder, args, exclude_self=False):
     start = time.perf_counter()
     _, exact = exact_index.search(queries, k)
     exact_seconds = time.perf_counter() - start
-    index = search.Index(os.path.join(folder, "index"))
+    index = ann.Index(os.path.join(folder, "index"))
     start = time.perf_counter()
     _, found = index.search(queries, k, max(args.candidates, k),
                             args.nprobe)
@@ -102,8 +102,8 @@ def compare(gallery, queries, folder, args, exclude_self=False):
                         for ranked in (exact, found))
         exact, found = np.stack(exact), np.stack(found)
     return {"gallery": len(gallery), "queries": len(queries),
-            "recall@1": search.recall_at(found[:, :1], exact[:, :1]),
-            "recall@10": search.recall_at(found[:, :10], exact[:, :10]),
+            "recall@1": ann.recall_at(found[:, :1], exact[:, :1]),
+            "recall@10": ann.recall_at(found[:, :10], exact[:, :10]),
             "exact_qps": len(queries) / exact_seconds,
             "ann_qps": len(queries) / ann_seconds,
             "speed-up": exact_seconds / ann_seconds,
@@ -114,7 +114,7 @@ def compare(gallery, queries, folder, args, exclude_self=False):
             "index_bytes": report["index_bytes"],
             "features_bytes": int(gallery.nbytes),
             "factory": report["factory"],
-            "nprobe": args.nprobe or search.default_nprobe(report["nlist"])}
+            "nprobe": args.nprobe or ann.default_nprobe(report["nlist"])}
 
 
 def encoding(args, folder):
@@ -155,13 +155,13 @@ def main(argv=None):
                         help="queries also timed one at a time")
     parser.add_argument("--top_k", type=int, default=10)
     parser.add_argument("--candidates", type=int,
-                        default=search.DEFAULTS["candidates"])
+                        default=ann.DEFAULTS["candidates"])
     parser.add_argument("--nprobe", type=int,
-                        default=search.DEFAULTS["nprobe"],
+                        default=ann.DEFAULTS["nprobe"],
                         help="lists searched per query (default: the "
-                        "index's, search.default_nprobe)")
+                        "index's, ann.default_nprobe)")
     parser.add_argument("--shard_size", type=int, default=1_000_000)
-    parser.add_argument("--codes", default="sq8", choices=search.CODES)
+    parser.add_argument("--codes", default="sq8", choices=ann.CODES)
     parser.add_argument("--images", default=None)
     parser.add_argument("--model", default=None)
     parser.add_argument("--workers", type=int, default=2)
@@ -214,7 +214,7 @@ def check_args(args):
 
 def run(args):
     sizes = check_args(args)
-    search.require_faiss()
+    ann.require_faiss()
     rows, encoded = [], None
     tmp = tempfile.mkdtemp(prefix="gallery.")
     try:

@@ -66,7 +66,7 @@ def evaluate_split(split, features, rerank_parameters=None, ann=None):
     """Standard-protocol metrics and the distance matrix of a test split,
     with the tracker's gate (:func:`tracker_gate`), given ``(k1, k2,
     lambda)`` the numbers after k-reciprocal re-ranking under ``rerank``,
-    and given ``ann`` (the codes of :func:`search.build`) the numbers of
+    and given ``ann`` (the codes of :func:`ann.build`) the numbers of
     an index's ranking under ``ann`` (:func:`ann_ranking`)."""
     # in double precision, as the kits compute
     features = np.asarray(features, np.float64)
@@ -93,20 +93,20 @@ def ann_ranking(query, gallery, distances, labels, codes):
     top :data:`ANN_DEPTH` for each query (exact distances; the rest
     ranked after them), and the share of exact ranking's top 1 and 10
     that its top 1 and 10 hold."""
-    from cosine_metric_learning import search
+    from cosine_metric_learning import ann
     depth = min(ANN_DEPTH, len(gallery))
     with tempfile.TemporaryDirectory() as tmp:
         shards = os.path.join(tmp, "features")
         os.makedirs(shards)
-        search.write_shard(os.path.join(shards, "gallery.npy"),
+        ann.write_shard(os.path.join(shards, "gallery.npy"),
                            np.asarray(gallery, np.float32),
                            range(len(gallery)))
-        report = search.build(shards, os.path.join(tmp, "index"),
+        report = ann.build(shards, os.path.join(tmp, "index"),
                               kind=codes, log=lambda _: None,
                               allow_unknown_model=True)  # this run's own
-        found, ids = search.Index(os.path.join(tmp, "index")).search(
+        found, ids = ann.Index(os.path.join(tmp, "index")).search(
             np.asarray(query, np.float32), top_k=depth,
-            candidates=max(search.DEFAULTS["candidates"], depth))
+            candidates=max(ann.DEFAULTS["candidates"], depth))
     ranked = np.full(distances.shape, np.inf)
     rows = np.repeat(np.arange(len(query)), depth).reshape(ids.shape)
     hit = ids >= 0
@@ -115,7 +115,7 @@ def ann_ranking(query, gallery, distances, labels, codes):
     exact = np.argsort(distances, axis=1, kind="stable")
     result = {key: numbers[key] for key in RERANK_KEYS}
     for k in (1, 10):
-        result[f"recall@{k}"] = search.recall_at(ids[:, :k], exact[:, :k])
+        result[f"recall@{k}"] = ann.recall_at(ids[:, :k], exact[:, :k])
     result.update(codes=codes, factory=report["factory"], depth=depth)
     return result
 
@@ -143,9 +143,9 @@ def run_test(dataset, restore_path, dataset_dir, batch_size=128,
     also after k-reciprocal re-ranking; with ``ann`` (codes) also as an
     approximate-nearest-neighbour index ranks the gallery."""
     if ann is not None:  # before the work
-        from cosine_metric_learning import search
-        search.require_faiss()
-        search.check_codes(ann)
+        from cosine_metric_learning import ann
+        ann.require_faiss()
+        ann.check_codes(ann)
     if rerank_parameters is not None:
         problem = rerank.check(*rerank_parameters)
         if problem:

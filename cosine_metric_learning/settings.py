@@ -14,12 +14,11 @@ import dataclasses
 import os
 from typing import Optional
 
-from cosine_metric_learning import backends, deploy, distribute, export
-from cosine_metric_learning import formats
+from cosine_metric_learning import ann, backends, deploy, distribute
+from cosine_metric_learning import export, formats
 from cosine_metric_learning import image_cache, kit_features, losses
 from cosine_metric_learning import queued_trainer
 from cosine_metric_learning import rerank as rerank_lib
-from cosine_metric_learning import search
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.model import IMPRINT_IMAGES
 from cosine_metric_learning.model import MIXED_PRECISION_POLICIES, Tricks
@@ -349,7 +348,7 @@ class TestConfig(BackendConfig, Config):
         "of the gallery (faiss, the search extra; sq8 or pq4 codes, as "
         "search build makes it): its numbers beside the exact ones, and "
         "the recall of its top 1 and 10 against exact ranking.",
-        _optional(_one_of(search.CODES), "for exact ranking alone"))
+        _optional(_one_of(ann.CODES), "for exact ranking alone"))
 
     @property
     def rerank_parameters(self):

@@ -33,13 +33,13 @@ MODEL_B = {"path": "/models/b", "sha256": "b" * 64}
 
 
 def _write_shard(path, features, names, model=MODEL_A):
-    from cosine_metric_learning import search
-    search.write_shard(path, features, names, model)
+    from cosine_metric_learning import ann
+    ann.write_shard(path, features, names, model)
 
 
 @pytest.fixture(scope="module")
 def gallery(tmp_path_factory):
-    from cosine_metric_learning import search
+    from cosine_metric_learning import ann
     root = tmp_path_factory.mktemp("gallery")
     rng = np.random.default_rng(5)
     features, centres, labels = _identity_features(rng, 20000)
@@ -49,19 +49,19 @@ def gallery(tmp_path_factory):
         _write_shard(str(root / "features" / f"shard-{part:05d}.npy"),
                      features[rows], [f"p{labels[i]}_{i}.jpg" for i in
                                       range(20000)][rows])
-    report = search.build(str(root / "features"), str(root / "index"),
+    report = ann.build(str(root / "features"), str(root / "index"),
                           log=lambda _: None)
     queries = centres[labels[:200]] + 0.6 * rng.normal(size=(200, 32))
     return root, features, queries.astype(np.float32), report
 
 
 def test_index_ranks_as_the_exact_distances_do(gallery):
-    from cosine_metric_learning import search
+    from cosine_metric_learning import ann
     root, features, queries, report = gallery
     assert report["count"] == 20000 and report["feature_dim"] == 32
     # a quarter of the float32 features' bytes, plus the lists' ids
     assert report["index_bytes"] < features.nbytes
-    index = search.Index(str(root / "index"))
+    index = ann.Index(str(root / "index"))
     distances, ids = index.search(queries, top_k=10)
     # the reference: brute force in float64, computed here
     unit = queries / np.linalg.norm(queries, axis=1, keepdims=True)
@@ -78,7 +78,7 @@ def test_index_ranks_as_the_exact_distances_do(gallery):
     assert all(name.endswith(f"_{i}.jpg") for name, i in zip(
         index.names(ids[0]), ids[0]))
     # the lists searched by default: the index's share of its lists
-    assert index.index.nprobe == search.default_nprobe(report["nlist"])
+    assert index.index.nprobe == ann.default_nprobe(report["nlist"])
     index.search(queries[:1], nprobe=7)
     assert index.index.nprobe == 7
 
@@ -88,7 +88,7 @@ def test_pq4_codes_keep_features_that_lie_close_together(tmp_path):
     of about 0.01 here, as on real crops): the pq4 codes of their offsets
     from the lists' centres keep the ranking (codes of the features
     themselves find about a fifth of the true neighbours here)."""
-    from cosine_metric_learning import search
+    from cosine_metric_learning import ann
     rng = np.random.default_rng(7)
     dim, count = 32, 12000
     mean = rng.normal(size=dim)
@@ -102,14 +102,14 @@ def test_pq4_codes_keep_features_that_lie_close_together(tmp_path):
     assert 1.0 - np.mean(gallery[:100] @ gallery[100:200].T) < 0.02
     _write_shard(str(tmp_path / "gallery.npy"), gallery,
                  [f"{i}.jpg" for i in range(len(gallery))])
-    report = search.build(str(tmp_path / "gallery.npy"),
+    report = ann.build(str(tmp_path / "gallery.npy"),
                           str(tmp_path / "index"), kind="pq4",
                           log=lambda _: None)
     assert report["factory"].endswith(",PQ32x4fsr")
     # half a byte per dimension and 8 bytes of id each (at 32 dimensions
     # the ids weigh more than the codes), lists padded to blocks of 32
     assert report["index_bytes"] < gallery.nbytes / 2
-    _, ids = search.Index(str(tmp_path / "index")).search(queries, top_k=10)
+    _, ids = ann.Index(str(tmp_path / "index")).search(queries, top_k=10)
     exact = np.argsort(-(queries.astype(np.float64) @ gallery.T), axis=1)
     found = np.mean([len(set(a) & set(b)) / 10
                      for a, b in zip(ids, exact[:, :10])])
@@ -117,9 +117,9 @@ def test_pq4_codes_keep_features_that_lie_close_together(tmp_path):
 
 
 def test_lists_searched_grow_with_the_index():
-    from cosine_metric_learning import search
+    from cosine_metric_learning import ann
     # a floor of 96 (all lists where there are fewer), then 5 % of them
-    assert [search.default_nprobe(n) for n in (10, 96, 200, 1920, 2000,
+    assert [ann.default_nprobe(n) for n in (10, 96, 200, 1920, 2000,
                                                6325, 65536)] == \
         [10, 96, 96, 96, 100, 317, 3277]
 
@@ -188,12 +188,12 @@ def _query(index, query, output, *args):
 def test_a_txt_ranking_replaces_only_its_own_and_keeps_spaces(tmp_path):
     """The .txt output refuses a file it did not write (encode's name
     list here) and replaces its own; names with spaces stay whole."""
-    from cosine_metric_learning import search
+    from cosine_metric_learning import ann, search
     rng = np.random.default_rng(3)
     features = _identity_features(rng, 100, people=10)[0]
     names = [f"person {i}.jpg" for i in range(100)]
     _write_shard(str(tmp_path / "g.npy"), features, names)
-    search.build(str(tmp_path / "g.npy"), str(tmp_path / "index"),
+    ann.build(str(tmp_path / "g.npy"), str(tmp_path / "index"),
                  log=lambda _: None)
     _write_shard(str(tmp_path / "q.npy"), features[:2], ["q 1", "q 2"])
     theirs = tmp_path / "q.filenames.txt"
@@ -219,8 +219,8 @@ def test_shards_changed_since_the_build_are_refused(gallery, tmp_path):
     root, features, queries, _ = gallery
     copy = tmp_path / "features"
     shutil.copytree(root / "features", copy)
-    from cosine_metric_learning import search
-    search.build(str(copy), str(tmp_path / "index"), log=lambda _: None)
+    from cosine_metric_learning import ann
+    ann.build(str(copy), str(tmp_path / "index"), log=lambda _: None)
     query = tmp_path / "q.npy"
     _write_shard(str(query), queries[:2], ["a", "b"])
     output = tmp_path / "r.json"
@@ -247,7 +247,7 @@ def test_shards_changed_since_the_build_are_refused(gallery, tmp_path):
 def test_inputs_of_unknown_or_mixed_models_are_refused(gallery, tmp_path):
     """An index records the model of every input: a feature file without
     a record is refused unless allowed, two models are refused."""
-    from cosine_metric_learning import search
+    from cosine_metric_learning import ann
     root, features, _, _ = gallery
     report = json.loads((root / "index" / "index.json").read_text())
     assert report["model"] == MODEL_A
@@ -266,16 +266,16 @@ def test_inputs_of_unknown_or_mixed_models_are_refused(gallery, tmp_path):
                         f"--features={root / 'features'},{other}",
                         f"--index={tmp_path / 'index'}")
     one_error_line(result, "different models", "/models/a", "/models/b")
-    report = search.build(f"{root / 'features'},{unknown}",
+    report = ann.build(f"{root / 'features'},{unknown}",
                           str(tmp_path / "index"), log=lambda _: None,
                           allow_unknown_model=True)
     assert report["model"] is None  # part of it is of no known model
 
 
 def test_index_of_another_models_features_is_refused(gallery):
-    from cosine_metric_learning import search
+    from cosine_metric_learning import ann
     from cosine_metric_learning.errors import UsageError
-    index = search.Index(str(gallery[0] / "index"))
+    index = ann.Index(str(gallery[0] / "index"))
     index.model = {"path": "/models/a", "sha256": "1" * 64}
     with pytest.raises(UsageError, match="holds features of /models/a, not "
                        "of /models/b"):
@@ -401,19 +401,24 @@ def test_gallery_benchmark_refuses_no_queries_and_prints_small_ratios(
 
 
 def test_a_bad_or_unreachable_scheduler_is_one_line(trained, images,
-                                                    tmp_path):
+                                                    tmp_path, monkeypatch):
     pytest.importorskip("distributed")
+    from cosine_metric_learning import encode_shards
+    from cosine_metric_learning.errors import UsageError
     path, _ = trained
     out = tmp_path / "shards"
-    for scheduler, words in (("localhost:8786x", ("--scheduler=",
-                                                  "tcp://host:port")),
-                             ("tcp://127.0.0.1:1", ("cannot reach",
-                                                    "127.0.0.1:1"))):
-        start = time.time()
-        result = run_script("-m", "cosine_metric_learning.encode_shards",
-                            f"--model={path}", f"--images={images}",
-                            f"--output_dir={out}",
-                            f"--scheduler={scheduler}")
-        one_error_line(result, *words)
-        assert time.time() - start < 60  # Dask's own wait is 30 s a try
-        assert not out.exists()  # nothing written
+    result = run_script("-m", "cosine_metric_learning.encode_shards",
+                        f"--model={path}", f"--images={images}",
+                        f"--output_dir={out}",
+                        "--scheduler=localhost:8786x")
+    one_error_line(result, "--scheduler=localhost:8786x", "tcp://host:port")
+    assert not out.exists()  # nothing written
+    # nobody listens there: refused within the wait, not Dask's 30 s
+    monkeypatch.setattr(encode_shards, "CONNECT_SECONDS", 1)
+    start = time.time()
+    with pytest.raises(UsageError, match="cannot reach the Dask scheduler "
+                       "at tcp://127.0.0.1:1 within 1 s"):
+        encode_shards.run(path, str(images), str(out),
+                          scheduler="tcp://127.0.0.1:1")
+    assert time.time() - start < 20
+    assert not out.exists()

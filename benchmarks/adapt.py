@@ -21,7 +21,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEP = """
 import json, resource, sys, time
-from cosine_metric_learning import mot_sequences, track, tracking
+from cosine_metric_learning import appearance, mot_sequences, tracking
 from cosine_metric_learning.datasets import tracklets
 step, sequence_dir, model, out, steps = sys.argv[1:]
 sequence = mot_sequences.read_sequence(sequence_dir)
@@ -30,8 +30,8 @@ if step == "tracklets":
     tracklets.extract([sequence_dir], out)
 elif step == "gate":
     rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
-    track.calibrate(model, [sequence], {sequence.name: rows},
-                    tracking.DEFAULTS, {})
+    appearance.calibrate(model, [sequence], {sequence.name: rows},
+                         tracking.DEFAULTS, appearance.FeatureCache())
 else:
     from cosine_metric_learning import adapt
     adapt.adapt(model, [sequence_dir], out, number_of_steps=int(steps),

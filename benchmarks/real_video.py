@@ -37,8 +37,8 @@ import time
 
 import numpy as np
 
-from cosine_metric_learning import adapt, mot_sequences, peers, track
-from cosine_metric_learning import tracking
+from cosine_metric_learning import adapt, appearance, mot_sequences, peers
+from cosine_metric_learning import track, tracking
 from cosine_metric_learning.datasets import mot as mot_crops
 from cosine_metric_learning.datasets import video
 
@@ -94,8 +94,8 @@ def near_gate(model, sequences, cache, gate, factors=NEAR_FACTORS):
     rows_of = {s.name: tracking.detection_rows(
         s, "det", track.DEFAULTS["min_confidence"],
         track.DEFAULTS["nms_max_overlap"]) for s in sequences}
-    features_of = {s.name: track.model_features(model, s, rows_of[s.name],
-                                                cache) for s in sequences}
+    features_of = {s.name: cache.features(model, s, rows_of[s.name])
+                   for s in sequences}
     values = [tracking.track_and_score_features(
         sequences, rows_of, features_of,
         {**track.DEFAULTS, "max_cosine_distance": gate * f})["IDF1"]
@@ -184,7 +184,7 @@ def run(args, tmp):
                 "verdict", "kept", "kept_why", "kept_checkpoint",
                 "held_out")}
     entries = list(rows.values())
-    cache = {}  # each model's features, encoded once
+    cache = appearance.FeatureCache()  # each model's features, once
     progress(f"tracking with {len(entries)} rows, each swept over the "
              "gates")
     swept = track.evaluate(entries, scored, "det",

@@ -77,12 +77,12 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from cosine_metric_learning import checkpoints, cli, export as export_lib
+from cosine_metric_learning import appearance, checkpoints
+from cosine_metric_learning import export as export_lib
 from cosine_metric_learning import features as features_lib
 from cosine_metric_learning import files, formats, mot_sequences, preprocessing
-from cosine_metric_learning import run_settings, settings, tracking
+from cosine_metric_learning import run_settings, settings, tracking, training
 from cosine_metric_learning import model as model_lib
-from cosine_metric_learning import track
 from cosine_metric_learning.datasets import image_folder, tracklets
 from cosine_metric_learning.datasets.spec import DatasetSpec
 from cosine_metric_learning.errors import ArgumentError, UsageError
@@ -115,7 +115,7 @@ MIN_HELD_OUT_TRACKLETS = 5
 # or where nothing was checked)
 KEEP = ("auto", "adapted", "start")
 # --export: the export modes of the file formats (formats.FORMATS), or none
-EXPORTS = {**{f.mode: (cli.Mode(f.mode), f"adapted{f.extension}")
+EXPORTS = {**{f.mode: (f, f"adapted{f.extension}")
               for f in formats.exported() if f.extension},
            "none": (None, None)}
 REPORT_NAME = "adapt.json"
@@ -231,12 +231,13 @@ def _check_same(output_dir, recorded, current):
 
 def _numbers(path, sequences, rows_of, scored, cache):
     """A model's gate and, with ground truth, its IDF1 at that gate."""
-    gate = track.calibrate(path, sequences, rows_of, tracking.DEFAULTS, cache)
+    gate = appearance.calibrate(path, sequences, rows_of, tracking.DEFAULTS,
+                                cache)
     numbers = {"self_calibrated_gate": gate}
     if scored and gate is not None:
         numbers["IDF1"] = tracking.track_and_score_features(
-            scored, rows_of, {s.name: track.model_features(
-                path, s, rows_of[s.name], cache) for s in scored},
+            scored, rows_of, {s.name: cache.features(
+                path, s, rows_of[s.name]) for s in scored},
             {**tracking.DEFAULTS, "max_cosine_distance": gate["gate"]})["IDF1"]
     return numbers
 
@@ -478,14 +479,11 @@ def _held_out(paths, parts, rows_of, cache, cut):
     same_piece, different_pieces, offset = [], [], 0
     for part in parts:
         rows = rows_of[part.name]
-        key = ("pieces", part.name)
-        if key not in cache:
-            cache[key] = tracklets.motion_pieces(part, rows, **cut)[0]
-        pieces = cache[key]
+        pieces = cache.motion_pieces(part, rows, **cut)
         pairs_same, pieces_same, pairs_different, pieces_different = \
             tracklets.pairs(rows, pieces)
         for path in paths:
-            features = track.model_features(path, part, rows, cache)
+            features = cache.features(path, part, rows)
             for store, chosen in ((same, pairs_same),
                                   (different, pairs_different)):
                 store[path].append(1.0 - np.sum(
@@ -555,9 +553,9 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
         number_of_steps=number_of_steps, batch_size=batch_size)
     config.validate()
     report_path = os.path.join(output_dir, REPORT_NAME)
-    mode, name = EXPORTS[export]
-    if mode is not None and recorded is not None:  # an earlier export
-        cli.EXPORTERS[mode][1](os.path.join(output_dir, name))
+    exported, name = EXPORTS[export]
+    if exported is not None and recorded is not None:  # an earlier export
+        exported.check_output(os.path.join(output_dir, name))
     if _finished(output_dir, recorded, number_of_steps):
         logging.info("%s: a finished run of these inputs; its measurements "
                      "kept, the model to export chosen with --keep=%s",
@@ -577,7 +575,7 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
         else:  # an earlier run's, of the same inputs
             with open(os.path.join(folder, "manifest.json")) as f:
                 manifest = json.load(f)
-        cache = {}
+        cache = appearance.FeatureCache()
         before = _numbers(prefix, sequences, rows_of, scored, cache)
         identities = image_folder.read_image_folder(folder)
     except Exception:
@@ -606,7 +604,7 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
             number_of_steps:
         logging.info("%s has trained its %d steps", run_dir, number_of_steps)
     else:
-        status = cli.run_mode(dataset, cli.Mode.TRAIN, config)
+        status = training.run(dataset, config)
         if status:
             return status
     adapted = checkpoints.resolve_checkpoint(run_dir)
@@ -666,12 +664,11 @@ def _keep_and_export(report, keep, prefix, export, output_dir, shape):
               "kept_checkpoint": (report["adapted"] if kept == "adapted"
                                   else prefix),
               "export": None}
-    mode, name = EXPORTS[export]
-    if mode is not None:
-        write = cli.EXPORTERS[mode][0]
+    exported, name = EXPORTS[export]
+    if exported is not None:
         encoder, _ = checkpoints.load_encoder(report["kept_checkpoint"])
-        report["export"] = write(encoder, os.path.join(output_dir, name),
-                                 shape)
+        report["export"] = exported.write(encoder, os.path.join(output_dir,
+                                                                name), shape)
     _write_report(os.path.join(output_dir, REPORT_NAME), report)
     return report
 

@@ -13,8 +13,6 @@ are shown here with the flag it came from.
 
 import dataclasses
 import enum
-import os
-import signal
 import sys
 import typing
 
@@ -22,8 +20,7 @@ from absl import app, flags
 
 from cosine_metric_learning import checkpoints, deploy, evaluator, export
 from cosine_metric_learning import formats, kit_features, protocol
-from cosine_metric_learning import release
-from cosine_metric_learning import run_settings, settings, training
+from cosine_metric_learning import settings, training
 from cosine_metric_learning.errors import UsageError, parse_flags
 from cosine_metric_learning.errors import report_errors
 
@@ -141,31 +138,6 @@ def config_from_flags(config_class):
 # The modes: each a function of the dataset, its settings and the input
 # shape asked for (None: the run's or the model's own) -------------------
 
-def _train(dataset, config, image_shape):
-    run = run_settings.describe(config.run_dir) if os.path.isdir(
-        config.run_dir) else None
-    if run is not None:
-        # continuing a run: its input shape need not be repeated
-        dataset = dataclasses.replace(
-            dataset, network=run.network,
-            image_shape=run.image_shape if image_shape is None
-            else dataset.image_shape)
-    elif config.restore_path:
-        # a new run trains the network of the model it starts from
-        dataset = dataclasses.replace(
-            dataset, network=checkpoints.network_of(config.restore_path))
-        if release.is_tf1(config.restore_path):
-            dataset = dataclasses.replace(dataset, image_shape=(
-                release.input_shape(config.restore_path, image_shape)))
-    result = training.train(dataset, config)
-    if result.signal is not None:
-        print(f"Stopped by {signal.Signals(result.signal).name} at step "
-              f"{result.step}; checkpoint {result.checkpoint}",
-              file=sys.stderr)
-        return 128 + result.signal
-    return 0
-
-
 def _eval(dataset, config, image_shape):
     if config.run_id is None:
         raise UsageError("--mode=eval needs --run_id: the training run in "
@@ -243,7 +215,7 @@ def _export_model(mode):
     return run
 
 
-RUNNERS = {Mode.TRAIN: _train, Mode.EVAL: _eval, Mode.TEST: _test,
+RUNNERS = {Mode.TRAIN: training.run, Mode.EVAL: _eval, Mode.TEST: _test,
            Mode.EXPORT: _export_kit_features,
            **{mode: _export_model(mode) for mode in EXPORTERS}}
 

@@ -38,11 +38,9 @@ import os
 import shlex
 
 import numpy as np
-import scipy.optimize
 from absl import app, flags, logging
 
-from cosine_metric_learning import backends
-from cosine_metric_learning import encoder as encoder_lib
+from cosine_metric_learning import appearance, backends
 from cosine_metric_learning import files, formats, metrics, mot_sequences
 from cosine_metric_learning import peers, tracking
 from cosine_metric_learning.datasets import tracklets
@@ -58,12 +56,7 @@ FLAG_NAMES = {"path": "--model", "models": "--model",
               "classes": "--classes", "output_dir": "--output_dir",
               "tracker": "--tracker",
               **{name: f"--{name}" for name in tracking.DEFAULTS}}
-NONE = "none"
-# --model=identity: a box's feature is its ground-truth track's (a seeded
-# random unit vector per track; a detection that overlaps no ground-truth
-# box by IDENTITY_MIN_IOU gets one of its own)
-IDENTITY = "identity"
-IDENTITY_MIN_IOU = 0.5
+NONE, IDENTITY = appearance.NONE, appearance.IDENTITY
 DEFAULTS = tracking.DEFAULTS
 SWEEP_GATES = tracking.TRACKERS[tracking.DEEP_SORT].sweep[
     "max_cosine_distance"]
@@ -81,7 +74,7 @@ DETECTIONS_NPY = files.Kind(
     "and their features)", lambda path: np.load(path, mmap_mode="r").ndim
     == 2)
 # the loaded models and their features, for the whole command
-_CACHE = {}
+_CACHE = appearance.FeatureCache()
 SUMMARY = files.json_kind({"models", "parameters", "files"},
                           "a tracking summary written by this command (a "
                           "JSON object with 'models', 'parameters' and "
@@ -102,68 +95,6 @@ def write_detections_file(path, rows, features):
         DETECTIONS_NPY, binary=True)
 
 
-def model_features(path, sequence, rows, cache, boxes="detections"):
-    """Features of ``rows`` (the sequence's ``boxes``: the tracked
-    detections, or the ground truth of the gate) with the model at
-    ``path`` (None: random unit vectors, whose cosine distances, about 1,
-    lie beyond every gate; :data:`IDENTITY`: :func:`identity_features`;
-    one of :data:`peers.NAMES`: that embedder), encoded once per model,
-    sequence and boxes."""
-    key = (path, sequence.name, boxes)
-    if key not in cache:
-        if path is None:
-            cache[key] = tracking.random_features(len(rows))
-        elif path == IDENTITY:
-            cache[key] = identity_features(sequence, rows,
-                                           boxes == "detections")
-        elif path in peers.NAMES:
-            cache[key] = peers.encode_rows(path, sequence, rows)
-        else:
-            cache[key] = tracking.encode_rows(
-                _load(path, cache), sequence, rows)
-    return cache[key]
-
-
-def identity_features(sequence, rows, detections=True):
-    """The :data:`IDENTITY` features of ``rows``: each row's ground-truth
-    track's unit vector (seeded by the track's number). ``detections``:
-    the rows are detections, each given the track of the ground-truth box
-    of its frame it is matched to (the most overlap in total, at least
-    :data:`IDENTITY_MIN_IOU`; boxes to be considered, of any class), and
-    an unmatched one a random vector of its own; else the rows are the
-    ground truth's (their track in column 2)."""
-    tracks = np.full(len(rows), -1, np.int64)
-    if not detections:
-        tracks[:] = rows[:, 1]
-    else:
-        gt = sequence.ground_truth
-        gt = gt[mot_sequences.considered(gt, None)]
-        for frame in np.unique(rows[:, 0]):
-            mine = np.flatnonzero(rows[:, 0] == frame)
-            theirs = gt[gt[:, 0] == frame]
-            if not len(theirs):
-                continue
-            overlap = mot_sequences.box_overlaps(
-                rows[mine, 2:6], theirs[:, 2:6])
-            r, c = scipy.optimize.linear_sum_assignment(-overlap)
-            matched = overlap[r, c] >= IDENTITY_MIN_IOU
-            tracks[mine[r[matched]]] = theirs[c[matched], 1]
-    features = tracking.random_features(len(rows))
-    for track in np.unique(tracks[tracks >= 0]):
-        vector = np.random.default_rng([1, int(track)]).normal(
-            size=features.shape[1])
-        features[tracks == track] = vector / np.linalg.norm(vector)
-    return features
-
-
-def _load(path, cache, backend="auto"):
-    """The encoder of ``path``, loaded once on ``backend`` (its first
-    load decides)."""
-    if ("model", path) not in cache:
-        cache[("model", path)] = encoder_lib.load(path, backend=backend)
-    return cache[("model", path)]
-
-
 # Tracking -------------------------------------------------------------------
 
 def ground_truth_gate(sequence, model, cache,
@@ -178,7 +109,7 @@ def ground_truth_gate(sequence, model, cache,
         return None
     rows = gt[mot_sequences.considered(gt, classes) & (gt[:, 8] >=
                                                        GATE_MIN_VISIBILITY)]
-    features = model_features(model, sequence, rows[:, :7], cache,
+    features = cache.features(model, sequence, rows[:, :7],
                               "ground truth")
     where = {(int(f), int(t)): i for i, (f, t) in enumerate(rows[:, :2])}
     same, different = [], []
@@ -289,7 +220,7 @@ def evaluate(models, sequences, detections, output_dir, sweep,
     labels = model_labels(models)
     mot_sequences.check_distinct(sequences, "sequences", [
                                  s.path for s in sequences])
-    cache = {} if cache is None else cache
+    cache = appearance.FeatureCache() if cache is None else cache
     files.check_output(output_dir, OUTPUT)
     scored = [s for s in sequences if s.ground_truth is not None]
     for s in sequences:
@@ -315,7 +246,7 @@ def evaluate(models, sequences, detections, output_dir, sweep,
         elif model in peers.NAMES:
             peers.check(model)
         elif model != NONE:
-            _load(model, cache, backend)
+            cache.encoder(model, backend)
     summary = {"models": {}, "files": [], "parameters": {
         **base, "tracker": tracker, "detections": detections,
         "classes": None if classes is None else list(classes),
@@ -349,7 +280,7 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
     # identity's features come from the ground truth: no gate to calibrate
     calibrated = path not in (None, IDENTITY)
     if calibrated:
-        entry["self_calibrated_gate"] = calibrate(path, sequences, rows_of,
+        entry["self_calibrated_gate"] = appearance.calibrate(path, sequences, rows_of,
                                                   base, cache)
     if base["max_cosine_distance"] == AUTO:
         if calibrated and entry["self_calibrated_gate"] is None:
@@ -367,7 +298,7 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
         results = {}
         for sequence in sequences:
             rows = rows_of[sequence.name]
-            features = model_features(path, sequence, rows, cache)
+            features = cache.features(path, sequence, rows)
             if calibrated and not runs:  # a model's, for deep_sort_app
                 write_detections_file(
                     written(folder, f"{sequence.name}.npy"), rows, features)
@@ -427,26 +358,6 @@ def refined_settings(runs, calibrated, points=REFINE_POINTS):
             seen.add((gate, parameters["nn_budget"]))
             settings.append(_with(parameters, gate, parameters["nn_budget"]))
     return settings
-
-
-def calibrate(path, sequences, rows_of, parameters, cache):
-    """The self-calibrated gate of the model at ``path`` on the sequences
-    (:func:`tracklets.self_calibrated_gate`, with the gate in each
-    tracker's convention), from the motion-only tracklets of their
-    tracked detections; None without pairs."""
-    setting = {**parameters, "max_cosine_distance":
-               DEFAULTS["max_cosine_distance"]}  # motion alone: any gate
-    for sequence in sequences:
-        key = ("pieces", sequence.name)
-        if key not in cache:
-            cache[key] = tracklets.motion_pieces(
-                sequence, rows_of[sequence.name], setting)[0]
-    gate = tracklets.pooled_gate(
-        (model_features(path, s, rows_of[s.name], cache), rows_of[s.name],
-         cache[("pieces", s.name)]) for s in sequences)
-    if gate is not None:
-        gate["conventions"] = dict(tracking.gate_settings(gate["gate"]))
-    return gate
 
 
 def format_table(summary):

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import string
+import sys
 import tempfile
 import threading
 import time
@@ -24,7 +25,7 @@ from absl import logging
 
 from cosine_metric_learning import checkpoints, distribute, model as model_lib
 from cosine_metric_learning import features as features_lib
-from cosine_metric_learning import image_cache, queued_trainer
+from cosine_metric_learning import image_cache, queued_trainer, release
 from cosine_metric_learning import run_settings, sampling
 from cosine_metric_learning import summaries
 from cosine_metric_learning.errors import TrainingError, UsageError
@@ -490,3 +491,34 @@ def _non_finite_message(step, scalars, last_path):
     return (f"the loss is not finite at step {step} ({terms}); stopping "
             f"without saving: {_kept(last_path)}. A lower --learning_rate "
             "may help")
+
+
+def run(dataset, config, image_shape=None):
+    """``--mode=train``: :func:`train` the network of the run, with a
+    line on stderr where a signal stopped it; returns the exit status
+    (0, or 128 + the signal).
+
+    A continued run trains its own network at its own input size (unless
+    ``image_shape`` says otherwise); a new run trains the network of the
+    model it starts from (``config.restore_path``), at a TF1 release's
+    input size."""
+    described = run_settings.describe(config.run_dir) if os.path.isdir(
+        config.run_dir) else None
+    if described is not None:
+        dataset = dataclasses.replace(
+            dataset, network=described.network,
+            image_shape=described.image_shape if image_shape is None
+            else dataset.image_shape)
+    elif config.restore_path:
+        dataset = dataclasses.replace(
+            dataset, network=checkpoints.network_of(config.restore_path))
+        if release.is_tf1(config.restore_path):
+            dataset = dataclasses.replace(dataset, image_shape=(
+                release.input_shape(config.restore_path, image_shape)))
+    result = train(dataset, config)
+    if result.signal is not None:
+        print(f"Stopped by {signal.Signals(result.signal).name} at step "
+              f"{result.step}; checkpoint {result.checkpoint}",
+              file=sys.stderr)
+        return 128 + result.signal
+    return 0

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from cosine_metric_learning import mot_sequences, track, tracking
+from cosine_metric_learning import appearance, mot_sequences, track, tracking
 from cosine_metric_learning.datasets import synthetic
 from cosine_metric_learning.errors import UsageError
 from tests.conftest import one_error_line, read_events, run_script
@@ -583,7 +583,7 @@ def test_identity_features_follow_the_matched_ground_truth(tmp_path):
                      [2, -1, 2, 0, 10, 20, 1],     # 7 as well, less: none
                      [2, -1, 56, 0, 10, 20, 1],    # 9 at IoU 0.25: none
                      [2, -1, 80, 0, 10, 20, 1]], float)  # not considered
-    features = track.identity_features(sequence, rows)
+    features = appearance.identity_features(sequence, rows)
     np.testing.assert_allclose(np.linalg.norm(features, axis=1), 1,
                                rtol=1e-5)
     same = features @ features.T > 0.999
@@ -591,7 +591,7 @@ def test_identity_features_follow_the_matched_ground_truth(tmp_path):
         same, np.eye(7, dtype=bool) | np.isin(np.arange(7)[:, None], [0, 3])
         & np.isin(np.arange(7)[None, :], [0, 3]))
     # the ground truth's own rows: their track, the same vectors
-    truth = track.identity_features(sequence, gt[:4, :7], detections=False)
+    truth = appearance.identity_features(sequence, gt[:4, :7], detections=False)
     np.testing.assert_allclose(truth[[0, 2]], features[[0, 3]], atol=1e-6)
     assert abs(truth[0] @ truth[1]) < 0.5
 

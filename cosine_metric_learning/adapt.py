@@ -80,10 +80,11 @@ from absl import app, flags, logging
 from cosine_metric_learning import appearance, checkpoints
 from cosine_metric_learning import export as export_lib
 from cosine_metric_learning import features as features_lib
-from cosine_metric_learning import files, formats, mot_sequences, preprocessing
+from cosine_metric_learning import files, formats, metrics, mot_sequences
+from cosine_metric_learning import preprocessing
 from cosine_metric_learning import run_settings, settings, tracking, training
 from cosine_metric_learning import model as model_lib
-from cosine_metric_learning.datasets import image_folder, tracklets
+from cosine_metric_learning.datasets import image_folder, linking, tracklets
 from cosine_metric_learning.datasets.spec import DatasetSpec
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags, report_errors
@@ -104,12 +105,6 @@ LEARNING_RATE = 1e-4
 # the last share of each sequence's frames held out of the fine-tuning,
 # for the check of the adapted model on data it did not fit
 HOLDOUT = 0.2
-# the check: resamples of the held-out tracklets, and the interval of the
-# difference in their ranking that counts as a difference
-BOOTSTRAP_RESAMPLES = 500
-INTERVAL = 0.95
-# fewer held-out tracklets than this give no verdict
-MIN_HELD_OUT_TRACKLETS = 5
 # which model to export; auto: the one that separates the people of the
 # held-out frames better (the adapted one never where it is worse there,
 # or where nothing was checked)
@@ -124,14 +119,15 @@ REPORT_NAME = "adapt.json"
 STATISTICS = "statistics"
 # crops the statistics are estimated on, at most
 STATISTICS_IMAGES = 2000
-# one person's tracklets before and after an occlusion, linked into one
-# identity of the fine-tuning: two tracklets of one sequence, the second
-# starting at most LINK_MAX_GAP frames after the first ends (a gap Deep
-# SORT bridges), each the other's nearest such under the re-estimated
-# model, their mean features closer than all but LINK_FALSE_ACCEPT of the
-# pairs seen together (different people)
-LINK_MAX_GAP = tracking.DEFAULTS["max_age"]
-LINK_FALSE_ACCEPT = 0.05
+# how the fine-tuning is made, as adapt.json records it: a rerun whose
+# release makes it otherwise is refused (its tracklets and statistics are
+# of the earlier method)
+METHOD = {"loss_mode": LOSS, "train_from": TRAIN_FROM,
+          "learning_rate": LEARNING_RATE,
+          "batch_norm_statistics": "re-estimated on the tracklets' crops",
+          "negatives": "seen_together: tracklets seen in one frame",
+          "link_max_gap": linking.LINK_MAX_GAP,
+          "link_false_accept": linking.LINK_FALSE_ACCEPT}
 # what the command writes in --output_dir
 OWN = {"tracklets", STATISTICS, "run", REPORT_NAME,
        *(name for _, name in EXPORTS.values() if name)}
@@ -149,8 +145,8 @@ __doc__ = __doc__.format(  # the numbers as the code sets them
     false_accept=f"{100 * tracklets.GATE_FALSE_ACCEPT:g} %",
     false_reject=f"{100 * tracklets.GATE_FALSE_REJECT:g} %",
     statistics_images=f"{STATISTICS_IMAGES:,}",
-    link_max_gap=LINK_MAX_GAP,
-    link_false_accept=f"{100 * LINK_FALSE_ACCEPT:g} %")
+    link_max_gap=linking.LINK_MAX_GAP,
+    link_false_accept=f"{100 * linking.LINK_FALSE_ACCEPT:g} %")
 
 
 def _digest(path):
@@ -168,7 +164,7 @@ def _inputs(model, prefix, sequences, settings):
         "sequences": [{"name": s.name, "path": os.path.realpath(s.path),
                        "detections_sha256": _digest(os.path.join(
                            s.path, "det", "det.txt"))} for s in sequences],
-        "settings": settings}
+        "settings": settings, "method": METHOD}
 
 
 def _earlier_run(output_dir):
@@ -227,6 +223,14 @@ def _check_same(output_dir, recorded, current):
         old, new = recorded["settings"].get(name), current["settings"][name]
         if old != new:
             refuse(f"it ran with --{name}={old}, not --{name}={new}")
+    method = recorded.get("method")
+    if method != current["method"]:
+        changed = sorted(k for k in current["method"]
+                         if (method or {}).get(k) != current["method"][k])
+        refuse("an earlier release made it, fine-tuning otherwise ("
+               + ", ".join(f"{k}: {(method or {}).get(k)} then, "
+                           f"{current['method'][k]} now" for k in changed)
+               + ")")
 
 
 def _numbers(path, sequences, rows_of, scored, cache):
@@ -283,83 +287,6 @@ def tracklet_features(checkpoint, identities):
     return means / np.linalg.norm(means, axis=1, keepdims=True)
 
 
-def link_tracklets(features, spans, distinct, max_gap=LINK_MAX_GAP,
-                   false_accept=LINK_FALSE_ACCEPT):
-    """One person's tracklets found again across short gaps.
-
-    ``features``: ``(C, D)`` unit features of the tracklets; ``spans``:
-    ``(sequence, first frame, last frame)`` of each; ``distinct``: bool
-    ``(C, C)``, the pairs seen together. A tracklet is linked to a later
-    one of its sequence that starts 1 to ``max_gap`` frames after it ends
-    where each is the other's nearest such, not seen together, and their
-    cosine distance is below the ``false_accept`` quantile of the pairs
-    seen together (different people for sure). Returns ``(identity,
-    links, threshold)``: the pseudo-identity of each tracklet (``(C,)``,
-    0..K-1, chains of linked tracklets as one), the links ``(a, b,
-    distance)``, and the threshold (None where no pair was seen together:
-    nothing linked)."""
-    count = len(features)
-    distances = 1.0 - features @ features.T
-    different = distances[np.triu(distinct, 1)]
-    identity = np.arange(count)
-    if not len(different):
-        return identity, [], None
-    threshold = float(np.quantile(different, false_accept))
-    sequence, first, last = (np.asarray(column) for column in zip(*spans))
-    gap = first[None, :] - last[:, None]  # from the end of a to b's start
-    allowed = (sequence[:, None] == sequence[None, :]) & (gap >= 1) & \
-        (gap <= max_gap) & ~distinct & (distances < threshold)
-    masked = np.where(allowed, distances, np.inf)
-    following, preceding = masked.argmin(axis=1), masked.argmin(axis=0)
-    links = [(a, int(following[a]), float(masked[a, following[a]]))
-             for a in range(count) if np.isfinite(masked[a, following[a]])
-             and preceding[following[a]] == a]
-    for a, b, _ in sorted(links, key=lambda link: spans[link[0]][1]):
-        identity[b] = identity[a]  # chains go forward in time
-    return np.unique(identity, return_inverse=True)[1], links, threshold
-
-
-def pseudo_identities(identities, distinct, identity):
-    """``identities`` (a training split of tracklets) and ``distinct``
-    (their pairs seen together) relabelled with the tracklets'
-    ``identity`` of :func:`link_tracklets`: each linked chain one label,
-    named by its tracklets joined with ``+``; two identities are distinct
-    where any of their tracklets were seen together."""
-    count = int(identity.max()) + 1
-    names = ["+".join(n for n, i in zip(identities.label_names, identity)
-                      if i == k) for k in range(count)]
-    members = np.eye(count, dtype=int)[identity]  # (C, K)
-    together = (members.T @ distinct.astype(int) @ members) > 0
-    return dataclasses.replace(identities, ids=identity[identities.ids],
-                               label_names=names), together
-
-
-def tracklet_spans(label_names, manifest):
-    """``(sequence, first frame, last frame)`` of each of the tracklets
-    ``label_names``, as the tracklets' manifest records them."""
-    if "spans" not in manifest:
-        raise UsageError("the tracklets' manifest.json does not record the "
-                         "tracklets' frames (written by an earlier "
-                         "version); give a new --output_dir")
-    return [tuple(manifest["spans"][name]) for name in label_names]
-
-
-def distinct_labels(label_names, manifest):
-    """bool ``(C, C)`` over the tracklets ``label_names``: the pairs the
-    tracklets' manifest lists as seen in one frame (different people),
-    the fine-tuning's only negatives; two tracklets not seen together may
-    be one person lost and found again, and are not pushed apart."""
-    if "seen_together" not in manifest:
-        raise UsageError("the tracklets' manifest.json does not list the "
-                         "tracklets seen together (written by an earlier "
-                         "version); give a new --output_dir")
-    label = {name: i for i, name in enumerate(label_names)}
-    distinct = np.zeros((len(label_names),) * 2, bool)
-    for a, b in manifest["seen_together"]:
-        distinct[label[a], label[b]] = distinct[label[b], label[a]] = True
-    return distinct
-
-
 def split_in_time(sequence, holdout):
     """``(training part, held-out part, first held-out frame)``: the
     sequence with its detections before, and from, the first frame of its
@@ -374,79 +301,6 @@ def split_in_time(sequence, holdout):
                                 detections=sequence.detections[
                                     frames >= first]),
             first)
-
-
-def ranking_score(same, different, same_weights=None,
-                  different_weights=None):
-    """The probability that a same-tracklet pair is closer than a
-    same-frame pair (the area under the ROC curve of the distance as a
-    test of "different people"), each pair weighted; ties count half."""
-    same, different = np.asarray(same, float), np.asarray(different, float)
-    if not len(same) or not len(different):
-        return None
-    ws = np.ones(len(same)) if same_weights is None else same_weights
-    wd = np.ones(len(different)) if different_weights is None \
-        else different_weights
-    order = np.argsort(different, kind="stable")
-    sorted_d, cumulative = different[order], np.cumsum(wd[order])
-    total = cumulative[-1] if len(cumulative) else 0.0
-
-    def weight_below(values, side):  # of the different pairs
-        index = np.searchsorted(sorted_d, values, side=side)
-        return np.where(index > 0, cumulative[np.maximum(index - 1, 0)], 0.0)
-
-    above = total - weight_below(same, "right")
-    tied = weight_below(same, "right") - weight_below(same, "left")
-    denominator = ws.sum() * total
-    return float(np.sum(ws * (above + tied / 2)) / denominator) \
-        if denominator else None
-
-
-def held_out_check(before, after, same_piece, different_pieces, pieces,
-                   resamples=BOOTSTRAP_RESAMPLES, interval=INTERVAL, seed=0):
-    """Does the adapted model rank the held-out pairs better or worse?
-
-    ``before`` and ``after`` are each model's ``(same, different)``
-    distances of the same pairs; ``same_piece`` and ``different_pieces``
-    the tracklets the pairs belong to, of ``pieces`` tracklets in all.
-    The tracklets are resampled with replacement (a pair weighs as often
-    as its tracklets were drawn) to give the difference of
-    :func:`ranking_score` an ``interval``; the verdict is ``better`` or
-    ``worse`` where the interval lies on one side of 0, else ``no clear
-    difference``; ``unchecked`` without pairs of both kinds or with fewer
-    than :data:`MIN_HELD_OUT_TRACKLETS` tracklets."""
-    score = {when: ranking_score(*pair) for when, pair in
-             (("before", before), ("after", after))}
-    if score["before"] is None or pieces < MIN_HELD_OUT_TRACKLETS:
-        return {"verdict": "unchecked", "score": score,
-                "why": f"the held-out frames have {pieces} tracklets "
-                f"({len(before[0])} same-tracklet and {len(before[1])} "
-                f"same-frame pairs); a verdict needs pairs of both kinds "
-                f"from {MIN_HELD_OUT_TRACKLETS} tracklets at least"}
-    rng = np.random.default_rng(seed)
-    differences = []
-    for _ in range(resamples):
-        drawn = np.bincount(rng.integers(0, pieces, pieces),
-                            minlength=pieces).astype(float)
-        ws = drawn[same_piece]
-        wd = drawn[different_pieces[:, 0]] * drawn[different_pieces[:, 1]]
-        if ws.sum() and wd.sum():
-            differences.append(ranking_score(*after, ws, wd)
-                               - ranking_score(*before, ws, wd))
-    tail = 100 * (1 - interval) / 2
-    low, high = np.percentile(differences, [tail, 100 - tail])
-    difference = score["after"] - score["before"]
-    verdict = ("better" if low > 0 else "worse" if high < 0 else
-               "no clear difference")
-    return {"verdict": verdict, "score": score,
-            "difference": difference,
-            "interval": [float(low), float(high)],
-            "why": (f"on the held-out frames a same-tracklet pair is closer "
-                    f"than a same-frame pair with probability "
-                    f"{score['before']:.4f} before and {score['after']:.4f} "
-                    f"after ({difference:+.4f}, {100 * interval:g} % "
-                    f"interval {low:+.4f} to {high:+.4f} over "
-                    f"{resamples} resamples of the {pieces} tracklets)")}
 
 
 def held_out_gain(check):
@@ -486,8 +340,8 @@ def _held_out(paths, parts, rows_of, cache, cut):
             features = cache.features(path, part, rows)
             for store, chosen in ((same, pairs_same),
                                   (different, pairs_different)):
-                store[path].append(1.0 - np.sum(
-                    features[chosen[:, 0]] * features[chosen[:, 1]], axis=1))
+                store[path].append(metrics.pair_cosine_distances(features,
+                                                                 chosen))
         same_piece.append(pieces_same + offset)
         different_pieces.append(pieces_different + offset)
         offset += len(pieces)
@@ -496,8 +350,9 @@ def _held_out(paths, parts, rows_of, cache, cut):
 
     before, after = ((joined(same[p], (0,)), joined(different[p], (0,)))
                      for p in paths)
-    check = held_out_check(before, after, joined(same_piece, (0,), int),
-                           joined(different_pieces, (0, 2), int), offset)
+    check = metrics.held_out_check(
+        before, after, joined(same_piece, (0,), int),
+        joined(different_pieces, (0, 2), int), offset)
     check.update(tracklets=offset, same_pairs=int(len(before[0])),
                  different_pairs=int(len(before[1])))
     return check
@@ -585,19 +440,21 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
     start = reestimate_statistics(prefix, identities.filenames,
                                   os.path.join(output_dir, STATISTICS))
     config = dataclasses.replace(config, restore_path=start)
-    distinct = distinct_labels(identities.label_names, manifest)
-    identity, links, threshold = link_tracklets(
+    names = identities.label_names
+    seen_together = linking.seen_together_labels(names, manifest)
+    identity, links, threshold = linking.link_tracklets(
         tracklet_features(start, identities),
-        tracklet_spans(identities.label_names, manifest), distinct)
-    linked, distinct = pseudo_identities(identities, distinct, identity)
+        linking.tracklet_spans(names, manifest), seen_together)
+    linked, seen_together = linking.pseudo_identities(
+        identities, seen_together, identity)
     logging.info("%d tracklets linked to others across gaps of at most %d "
                  "frames: %d identities for the fine-tuning", len(links),
-                 LINK_MAX_GAP, len(linked.label_names))
+                 linking.LINK_MAX_GAP, len(linked.label_names))
     dataset = DatasetSpec(
         name="tracklets", num_classes=len(linked.label_names),
         read_train=lambda _: linked, default_dataset_dir=folder,
         image_shape=shape, label_names=linked.label_names,
-        distinct=distinct)
+        seen_together=seen_together)
     run_dir = os.path.join(output_dir, "run")
     latest = tf.train.latest_checkpoint(run_dir)
     if latest is not None and checkpoints.checkpoint_step(latest) >= \
@@ -620,18 +477,11 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
         "identities": len(manifest["identities"]),
         "crops": manifest["counts"]["kept"]},
         "number_of_steps": number_of_steps,
-        "fine_tuning": {"loss_mode": LOSS, "train_from": TRAIN_FROM,
-                        "learning_rate": LEARNING_RATE,
-                        "starts_from": start,
-                        "batch_norm_statistics": "re-estimated on the "
-                        "tracklets' crops",
-                        "negatives": "tracklets seen in one frame",
+        "fine_tuning": {"starts_from": start,
                         "pairs_seen_together": len(
                             manifest["seen_together"]),
                         "linked": {
                             "identities": len(linked.label_names),
-                            "max_gap": LINK_MAX_GAP,
-                            "false_accept": LINK_FALSE_ACCEPT,
                             "threshold": threshold,
                             "links": [[identities.label_names[a],
                                        identities.label_names[b], distance]

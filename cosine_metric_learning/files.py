@@ -27,6 +27,8 @@ from cosine_metric_learning.errors import UsageError
 
 # the image files the commands read (as crops, frames or query images)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+# the quality of the JPEG files the commands write (crops, frames)
+JPEG_QUALITY = 95
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # the tEXt chunk that marks the PNG files this project draws
 PNG_SOFTWARE = "cosine_metric_learning"

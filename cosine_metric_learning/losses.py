@@ -22,9 +22,9 @@ class LossMode:
     """One ``--loss_mode``.
 
     ``compute(labels, features, logits, label_smoothing=0.0,
-    distinct=None)`` returns ``(loss, monitors)``:
+    seen_together=None)`` returns ``(loss, monitors)``:
     the scalar loss and a dict of scalars for TensorBoard; ``logits`` is
-    None unless ``needs_classifier``; ``distinct`` (the pairs of labels
+    None unless ``needs_classifier``; ``seen_together`` (the pairs of labels
     known to be different people) is read by the triplet loss. Every mode whose needs are met is
     computed at each step, the ones not trained on as monitors.
     """
@@ -78,13 +78,13 @@ def accuracy(labels, logits):
         tf.equal(predicted, tf.cast(labels, tf.int64)), tf.float32))
 
 
-def soft_margin_triplet_loss(labels, features, eps=1e-5, distinct=None):
+def soft_margin_triplet_loss(labels, features, eps=1e-5, seen_together=None):
     """Soft-margin batch-hard triplet loss (Hermans, Beyer, Leibe 2017).
 
-    ``distinct`` (optional, bool ``(C, C)`` over the labels): only pairs of
-    labels it marks are negatives, as where labels are tracklets and only
-    tracklets seen in one frame are known to be different people (two
-    tracklets of one person must not be pushed apart). An anchor without
+    ``seen_together`` (optional, bool ``(C, C)`` over the labels): only
+    pairs of labels it marks are negatives, as where labels are tracklets
+    and only tracklets seen in one frame are known to be different people
+    (two tracklets of one person must not be pushed apart). An anchor without
     such a negative in the batch adds nothing.
 
     Returns
@@ -95,17 +95,17 @@ def soft_margin_triplet_loss(labels, features, eps=1e-5, distinct=None):
         ``diagnostics`` maps names to scalars for TensorBoard: fraction of
         active triplets (hardest positive farther than hardest negative),
         mean feature norm, mean, positive and negative distances, and with
-        ``distinct`` the fraction of anchors that have a negative.
+        ``seen_together`` the fraction of anchors that have a negative.
     """
     # distances
     distances = tf.sqrt(tf.maximum(
         0.0, eps + pairwise_squared_distance(features, features)))
     same = tf.equal(labels[:, None], labels[None, :])
-    if distinct is None:
+    if seen_together is None:
         negatives = tf.logical_not(same)
     else:
-        distinct = tf.convert_to_tensor(distinct, tf.bool)
-        negatives = tf.gather(tf.gather(distinct, labels), labels, axis=1)
+        seen_together = tf.convert_to_tensor(seen_together, tf.bool)
+        negatives = tf.gather(tf.gather(seen_together, labels), labels, axis=1)
     # an anchor counts where its batch holds a negative of it
     counted = tf.reduce_any(negatives, axis=1)
     weights = tf.cast(counted, distances.dtype)
@@ -129,7 +129,7 @@ def soft_margin_triplet_loss(labels, features, eps=1e-5, distinct=None):
         "mean_positive_distance": tf.reduce_sum(weights * positive) / count,
         "mean_negative_distance": tf.reduce_sum(weights * negative) / count,
     }
-    if distinct is not None:
+    if seen_together is not None:
         diagnostics["fraction_with_negative"] = tf.reduce_mean(weights)
     return loss, diagnostics
 
@@ -168,9 +168,9 @@ def _cosine_softmax(labels, features, logits, label_smoothing=0.0, **_):
         "accuracy": accuracy(labels, logits)}
 
 
-def _triplet(labels, features, logits, distinct=None, **_):
+def _triplet(labels, features, logits, seen_together=None, **_):
     loss, diagnostics = soft_margin_triplet_loss(labels, features,
-                                                 distinct=distinct)
+                                                 seen_together=seen_together)
     return loss, {f"triplet/{k}": v for k, v in diagnostics.items()}
 
 
@@ -194,10 +194,10 @@ def get(name):
 
 
 def compute_all(labels, features, logits, label_smoothing=0.0,
-                distinct=None):
+                seen_together=None):
     """Every mode's loss that can be computed: ``({summary_name: loss},
     monitors)``; with ``logits`` None, the classifier's are left out.
-    ``label_smoothing`` applies to the classifier's loss, ``distinct`` to
+    ``label_smoothing`` applies to the classifier's loss, ``seen_together`` to
     the triplet loss's negatives."""
     terms, monitors = {}, {}
     for mode in LOSS_MODES.values():
@@ -205,6 +205,6 @@ def compute_all(labels, features, logits, label_smoothing=0.0,
             continue
         terms[mode.summary_name], more = mode.compute(
             labels, features, logits, label_smoothing=label_smoothing,
-            distinct=distinct)
+            seen_together=seen_together)
         monitors.update(more)
     return terms, monitors

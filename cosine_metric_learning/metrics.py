@@ -305,3 +305,93 @@ def pair_distances(features, ids):
     ids = np.asarray(ids)
     upper = np.triu_indices(len(ids), k=1)
     return distances[upper], (ids[:, None] == ids[None, :])[upper]
+
+
+def pair_cosine_distances(features, pairs):
+    """The cosine distance ``1 - a.b`` of the unit ``features`` of each
+    pair of rows ``pairs`` (``(P, 2)`` indices): Deep SORT's distance,
+    the one every gate is stated in."""
+    pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
+    return 1.0 - np.sum(features[pairs[:, 0]] * features[pairs[:, 1]],
+                        axis=1)
+
+
+# the held-out check: resamples of the held-out tracklets, and the
+# interval of the difference in their ranking that counts as a difference
+BOOTSTRAP_RESAMPLES = 500
+INTERVAL = 0.95
+# fewer held-out tracklets than this give no verdict
+MIN_HELD_OUT_TRACKLETS = 5
+
+
+def ranking_score(same, different, same_weights=None,
+                  different_weights=None):
+    """The probability that a same-tracklet pair is closer than a
+    same-frame pair (the area under the ROC curve of the distance as a
+    test of "different people"), each pair weighted; ties count half."""
+    same, different = np.asarray(same, float), np.asarray(different, float)
+    if not len(same) or not len(different):
+        return None
+    ws = np.ones(len(same)) if same_weights is None else same_weights
+    wd = np.ones(len(different)) if different_weights is None \
+        else different_weights
+    order = np.argsort(different, kind="stable")
+    sorted_d, cumulative = different[order], np.cumsum(wd[order])
+    total = cumulative[-1] if len(cumulative) else 0.0
+
+    def weight_below(values, side):  # of the different pairs
+        index = np.searchsorted(sorted_d, values, side=side)
+        return np.where(index > 0, cumulative[np.maximum(index - 1, 0)], 0.0)
+
+    above = total - weight_below(same, "right")
+    tied = weight_below(same, "right") - weight_below(same, "left")
+    denominator = ws.sum() * total
+    return float(np.sum(ws * (above + tied / 2)) / denominator) \
+        if denominator else None
+
+
+def held_out_check(before, after, same_piece, different_pieces, pieces,
+                   resamples=BOOTSTRAP_RESAMPLES, interval=INTERVAL, seed=0):
+    """Does the adapted model rank the held-out pairs better or worse?
+
+    ``before`` and ``after`` are each model's ``(same, different)``
+    distances of the same pairs; ``same_piece`` and ``different_pieces``
+    the tracklets the pairs belong to, of ``pieces`` tracklets in all.
+    The tracklets are resampled with replacement (a pair weighs as often
+    as its tracklets were drawn) to give the difference of
+    :func:`ranking_score` an ``interval``; the verdict is ``better`` or
+    ``worse`` where the interval lies on one side of 0, else ``no clear
+    difference``; ``unchecked`` without pairs of both kinds or with fewer
+    than :data:`MIN_HELD_OUT_TRACKLETS` tracklets."""
+    score = {when: ranking_score(*pair) for when, pair in
+             (("before", before), ("after", after))}
+    if score["before"] is None or pieces < MIN_HELD_OUT_TRACKLETS:
+        return {"verdict": "unchecked", "score": score,
+                "why": f"the held-out frames have {pieces} tracklets "
+                f"({len(before[0])} same-tracklet and {len(before[1])} "
+                f"same-frame pairs); a verdict needs pairs of both kinds "
+                f"from {MIN_HELD_OUT_TRACKLETS} tracklets at least"}
+    rng = np.random.default_rng(seed)
+    differences = []
+    for _ in range(resamples):
+        drawn = np.bincount(rng.integers(0, pieces, pieces),
+                            minlength=pieces).astype(float)
+        ws = drawn[same_piece]
+        wd = drawn[different_pieces[:, 0]] * drawn[different_pieces[:, 1]]
+        if ws.sum() and wd.sum():
+            differences.append(ranking_score(*after, ws, wd)
+                               - ranking_score(*before, ws, wd))
+    tail = 100 * (1 - interval) / 2
+    low, high = np.percentile(differences, [tail, 100 - tail])
+    difference = score["after"] - score["before"]
+    verdict = ("better" if low > 0 else "worse" if high < 0 else
+               "no clear difference")
+    return {"verdict": verdict, "score": score,
+            "difference": difference,
+            "interval": [float(low), float(high)],
+            "why": (f"on the held-out frames a same-tracklet pair is closer "
+                    f"than a same-frame pair with probability "
+                    f"{score['before']:.4f} before and {score['after']:.4f} "
+                    f"after ({difference:+.4f}, {100 * interval:g} % "
+                    f"interval {low:+.4f} to {high:+.4f} over "
+                    f"{resamples} resamples of the {pieces} tracklets)")}

@@ -216,12 +216,12 @@ def create_optimizer(learning_rate, mixed_precision="none", warmup_steps=0):
 
 
 def make_train_step(model, optimizer, loss_mode, step, summaries=False,
-                    tricks=Tricks(), distinct=None):
+                    tricks=Tricks(), seen_together=None):
     """One optimisation step on a batch; wrap it in a ``tf.function``.
     ``tricks`` (:class:`Tricks`) adds random erasing to the images, the
     margin to the logits, the smoothing to the cosine-softmax loss and the
-    weighted triplet loss to it; ``distinct`` (bool ``(C, C)``, the
-    dataset's :attr:`~datasets.spec.DatasetSpec.distinct`) limits the
+    weighted triplet loss to it; ``seen_together`` (bool ``(C, C)``, the
+    dataset's :attr:`~datasets.spec.DatasetSpec.seen_together`) limits the
     triplet loss's negatives to the pairs of labels it marks.
 
     Returns
@@ -238,8 +238,8 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False,
     variables = model.trainable_variables
     trained = losses.get(loss_mode).summary_name
     triplet_weight = tricks.added_triplet_weight(loss_mode)
-    if distinct is not None:
-        distinct = tf.constant(distinct, tf.bool)
+    if seen_together is not None:
+        seen_together = tf.constant(seen_together, tf.bool)
 
     def step_fn(images, labels):
         if tricks.random_erasing:
@@ -263,7 +263,7 @@ def make_train_step(model, optimizer, loss_mode, step, summaries=False,
                             else scale))  # a scale per class, or one
             terms, metrics = losses.compute_all(labels, features, logits,
                                                 tricks.label_smoothing,
-                                                distinct)
+                                                seen_together)
             if scale is not None:
                 # the mean where the network has a scale per class
                 metrics["scale"] = tf.reduce_mean(scale)

@@ -16,24 +16,25 @@ def _check_batch_size(batch_size):
         raise UsageError(f"batch_size={batch_size}: expected at least 1")
 
 
-def _neighbours_first(rng, together):
+def _neighbours_first(rng, seen_together):
     """Every identity once, in random order, except that an identity
-    ``together`` (bool ``(C, C)``) with one drawn before is drawn first."""
-    drawn = np.zeros(len(together), bool)
-    touched = np.zeros(len(together), bool)  # seen with one drawn
-    for _ in range(len(together)):
+    ``seen_together`` (bool ``(C, C)``) with one drawn before is drawn
+    first."""
+    drawn = np.zeros(len(seen_together), bool)
+    touched = np.zeros(len(seen_together), bool)  # seen with one drawn
+    for _ in range(len(seen_together)):
         pool = np.flatnonzero(touched & ~drawn)
         if not len(pool):
             pool = np.flatnonzero(~drawn)
         identity = rng.choice(pool)
         drawn[identity] = True
-        touched |= together[identity]
+        touched |= seen_together[identity]
         yield identity
 
 
 def random_sample_identities_forever(batch_size, num_samples_per_id, data_x,
                                      data_y, seed=None, exclude=(),
-                                     together=None):
+                                     seen_together=None):
     """A generator of identity-balanced batches ``(x, y)``, forever.
 
     Each batch holds ``batch_size // num_samples_per_id`` distinct
@@ -43,9 +44,9 @@ def random_sample_identities_forever(batch_size, num_samples_per_id, data_x,
     exactly ``batch_size`` real samples. Inputs found in ``exclude`` (a
     container that may grow while the generator runs, e.g. the unreadable
     files a :class:`QueuedTrainer` found) are not drawn. With
-    ``together`` (bool ``(C, C)`` over the labels: pairs known to be
+    ``seen_together`` (bool ``(C, C)`` over the labels: pairs known to be
     different people, a dataset's ``distinct``), a batch starts at a
-    random identity and takes the identities seen together with those
+    random identity and takes the identities seen seen_together with those
     drawn before others, so that its anchors have negatives.
 
     Raises
@@ -73,15 +74,16 @@ def random_sample_identities_forever(batch_size, num_samples_per_id, data_x,
                          f"data, a batch needs {batch_size}")
     indices_of = [np.flatnonzero(inverse == i) for i in range(len(unique_ids))]
     rng = np.random.RandomState(seed)
-    if together is not None:  # over the identities drawn from
-        together = np.asarray(together, bool)[np.ix_(unique_ids, unique_ids)]
+    if seen_together is not None:  # over the identities drawn from
+        seen_together = np.asarray(seen_together, bool)[
+            np.ix_(unique_ids, unique_ids)]
 
     def generate():
         while True:
             batch = []
             for identity in (rng.permutation(len(unique_ids))
-                             if together is None
-                             else _neighbours_first(rng, together)):
+                             if seen_together is None
+                             else _neighbours_first(rng, seen_together)):
                 candidates = indices_of[identity]
                 if exclude:
                     candidates = [i for i in candidates

@@ -67,7 +67,7 @@ REFINE_POINTS = 5
 AUTO = "auto"
 # frames between the two boxes of a same-track pair for the ground-truth
 # gate, and the visibility a box needs to be used for it
-GATE_FRAME_GAP = 10
+GATE_FRAME_GAP = tracklets.GATE_FRAME_GAP
 GATE_MIN_VISIBILITY = 0.5
 DETECTIONS_NPY = files.Kind(
     "a detections file written by this command (a .npy of det.txt rows "
@@ -116,16 +116,14 @@ def ground_truth_gate(sequence, model, cache,
     for (frame, track), i in where.items():
         later = where.get((frame + GATE_FRAME_GAP, track))
         if later is not None:
-            same.append(1.0 - float(features[i] @ features[later]))
+            same.append((i, later))
     for frame in np.unique(rows[:, 0]):
         index = np.flatnonzero(rows[:, 0] == frame)
-        for a in range(len(index)):
-            for b in range(a + 1, len(index)):
-                different.append(1.0 - float(features[index[a]]
-                                             @ features[index[b]]))
+        different += [(index[a], index[b]) for a in range(len(index))
+                      for b in range(a + 1, len(index))]
     if not same or not different:
         return None
-    distances = np.array(same + different)
+    distances = metrics.pair_cosine_distances(features, same + different)
     labels = np.array([True] * len(same) + [False] * len(different))
     return metrics.equal_error_gate(distances, labels)["threshold"]
 

@@ -148,7 +148,7 @@ class _Run:
 
     def __init__(self, dataset, config, strategy, chief, trainer):
         self.config, self.strategy, self.chief = config, strategy, chief
-        self.trainer, self.distinct = trainer, dataset.distinct
+        self.trainer, self.seen_together = trainer, dataset.seen_together
         with strategy.scope():
             self.model = model_lib.create_model(
                 dataset, config.loss_mode, config.mixed_precision,
@@ -204,7 +204,7 @@ class _Run:
         step_fn = model_lib.make_train_step(self.model, self.optimizer,
                                             self.config.loss_mode, self.step,
                                             summaries, self.config.tricks,
-                                            self.distinct)
+                                            self.seen_together)
         strategy, trainer, size = self.strategy, self.trainer, \
             self.per_replica
 
@@ -460,7 +460,7 @@ def _input_pipeline(dataset, config, filenames, ids):
                                        config.cache_max_gb, max_unreadable)
         rows = sampling.random_sample_identities_forever(
             config.batch_size, config.images_per_id, np.arange(len(kept)),
-            ids[kept], together=dataset.distinct)
+            ids[kept], seen_together=dataset.seen_together)
         feed = image_cache.feed(cache, rows)
         # the skipped files, for the summary
         unreadable = {str(f) for f in np.delete(filenames, kept)}
@@ -469,7 +469,7 @@ def _input_pipeline(dataset, config, filenames, ids):
         unreadable = set()  # filled by the producers, skipped by the sampler
         feed = sampling.random_sample_identities_forever(
             config.batch_size, config.images_per_id, filenames, ids,
-            exclude=unreadable, together=dataset.distinct)
+            exclude=unreadable, seen_together=dataset.seen_together)
         input_spec = None  # file names
     return queued_trainer.QueuedTrainer(
         feed, dataset.image_shape, training=True,

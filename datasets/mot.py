@@ -51,7 +51,6 @@ from cosine_metric_learning.errors import parse_flags, report_errors
 NUM_COLUMNS = mot_sequences.NUM_GT_COLUMNS
 DEFAULTS = {"classes": mot_sequences.PEDESTRIANS, "min_visibility": 0.25,
             "min_height": 32, "frame_stride": 1}
-JPEG_QUALITY = 95
 MANIFEST = "manifest.json"
 # the reasons a box is dropped, in the order they are tested
 REASONS = collections.OrderedDict([
@@ -206,7 +205,7 @@ def write_crops(sequence, crops, output_dir, progress_secs=10.0):
                                                             track))
             os.makedirs(folder, exist_ok=True)
             image.crop(box).save(os.path.join(folder, f"{frame:06d}.jpg"),
-                                 quality=JPEG_QUALITY)
+                                 quality=files.JPEG_QUALITY)
         if time.time() - last >= progress_secs:
             last = time.time()
             logging.info("%s: cut frame %d/%d (%.1f frames/s)",

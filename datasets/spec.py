@@ -34,7 +34,7 @@ class DatasetSpec:
     # bool (num_classes, num_classes): the pairs of labels known to be
     # different people, the triplet loss's only negatives (tracklets seen
     # in one frame); None: every other label is a negative
-    distinct: Optional[np.ndarray] = dataclasses.field(default=None,
+    seen_together: Optional[np.ndarray] = dataclasses.field(default=None,
                                                        compare=False)
 
 

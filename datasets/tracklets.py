@@ -44,7 +44,7 @@ import os
 import numpy as np
 from absl import app, flags, logging
 
-from cosine_metric_learning import files, mot_sequences, tracking
+from cosine_metric_learning import files, metrics, mot_sequences, tracking
 from cosine_metric_learning.datasets import mot as mot_crops
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags, report_errors
@@ -226,8 +226,7 @@ def pair_distances(features, rows, pieces, frame_gap=GATE_FRAME_GAP,
         if len(chosen) > max_pairs:
             chosen = chosen[rng.choice(len(chosen), max_pairs,
                                        replace=False)]
-        return 1.0 - np.sum(features[chosen[:, 0]] * features[chosen[:, 1]],
-                            axis=1)
+        return metrics.pair_cosine_distances(features, chosen)
 
     return distances(same), distances(different)
 

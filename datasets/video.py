@@ -58,7 +58,6 @@ from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags, report_errors
 
 FRAMES = ("video", "jpg")
-JPEG_QUALITY = 95
 # marks the seqinfo.ini this command writes, and records whether it wrote
 # gt/gt.txt
 WRITER = "cosine_metric_learning.datasets.video"
@@ -320,7 +319,7 @@ def _write_jpegs(video, first, last, folder, progress_secs=10.0):
     for number, frame in mot_sequences.video_frames(
             video, range(1, count + 1), first):
         cv2.imwrite(os.path.join(folder, f"{number:06d}.jpg"), frame,
-                    [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+                    [cv2.IMWRITE_JPEG_QUALITY, files.JPEG_QUALITY])
         if time.time() - done >= progress_secs:
             done = time.time()
             logging.info("wrote %d/%d frames (%.0f frames/s)", number,

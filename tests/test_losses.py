@@ -88,10 +88,10 @@ def test_only_labels_known_to_differ_are_negatives():
     features = np.array([[0.0], [1.0], [3.0], [6.0], [1.5], [2.0]],
                         np.float32)
     labels = np.array([0, 0, 1, 1, 2, 2], np.int64)
-    distinct = np.zeros((3, 3), bool)
-    distinct[0, 1] = distinct[1, 0] = True
+    seen_together = np.zeros((3, 3), bool)
+    seen_together[0, 1] = seen_together[1, 0] = True
     loss, diag = losses.soft_margin_triplet_loss(labels, features, eps=0.0,
-                                                 distinct=distinct)
+                                                 seen_together=seen_together)
     # anchors of A and B as without C; C's anchors have no negative
     positive = np.array([1.0, 1.0, 3.0, 3.0])
     negative = np.array([3.0, 2.0, 2.0, 5.0])
@@ -102,18 +102,18 @@ def test_only_labels_known_to_differ_are_negatives():
     # every label a negative of every other: C is A's and B's nearest
     everyone = ~np.eye(3, dtype=bool)
     loss_all, _ = losses.soft_margin_triplet_loss(labels, features, eps=0.0,
-                                                  distinct=everyone)
+                                                  seen_together=everyone)
     plain, _ = losses.soft_margin_triplet_loss(labels, features, eps=0.0)
     assert float(loss_all) == pytest.approx(float(plain), rel=1e-6)
     assert float(loss_all) > float(loss)
     # nobody known to differ: nothing to learn, no NaN
     nobody, diag = losses.soft_margin_triplet_loss(
-        labels, features, distinct=np.zeros((3, 3), bool))
+        labels, features, seen_together=np.zeros((3, 3), bool))
     assert float(nobody) == 0.0
     assert float(diag["fraction_with_negative"]) == 0.0
 
 
-def _triplet_numpy(labels, features, eps=1e-5, distinct=None):
+def _triplet_numpy(labels, features, eps=1e-5, seen_together=None):
     n = len(labels)
     terms = []
     for i in range(n):
@@ -121,7 +121,7 @@ def _triplet_numpy(labels, features, eps=1e-5, distinct=None):
              for j in range(n)]
         pos = max(d[j] for j in range(n) if labels[j] == labels[i])
         negatives = [d[j] for j in range(n) if labels[j] != labels[i] and (
-            distinct is None or distinct[labels[i], labels[j]])]
+            seen_together is None or seen_together[labels[i], labels[j]])]
         if negatives:
             terms.append(_softplus(pos - min(negatives)))
     return np.mean(terms)
@@ -136,12 +136,12 @@ def test_triplet_loss_matches_a_loop_on_random_batches():
         # half the pairs of labels known to differ
         rng = np.random.default_rng(seed)
         num = labels.max() + 1
-        distinct = np.triu(rng.random((num, num)) < 0.5, 1)
-        distinct |= distinct.T
+        seen_together = np.triu(rng.random((num, num)) < 0.5, 1)
+        seen_together |= seen_together.T
         loss, _ = losses.soft_margin_triplet_loss(labels, features,
-                                                  distinct=distinct)
+                                                  seen_together=seen_together)
         np.testing.assert_allclose(float(loss), _triplet_numpy(
-            labels, features.astype(np.float64), distinct=distinct),
+            labels, features.astype(np.float64), seen_together=seen_together),
             rtol=1e-4)
 
 

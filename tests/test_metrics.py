@@ -230,3 +230,13 @@ def test_the_gate_is_the_equal_error_threshold():
     assert gate["threshold"] == t
     assert gate["false_accept_rate"] == pytest.approx(far)
     assert gate["false_reject_rate"] == pytest.approx(frr)
+
+
+def test_pair_cosine_distances_by_hand():
+    features = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])
+    # 1 - a.b: 1 - 0.6, 1 - 0.8, 1 - 0, and a row with itself
+    np.testing.assert_allclose(
+        metrics.pair_cosine_distances(features, [(0, 1), (1, 2), (0, 2),
+                                                 (1, 1)]),
+        [0.4, 0.2, 1.0, 0.0], atol=1e-12)
+    assert metrics.pair_cosine_distances(features, []).shape == (0,)

@@ -84,7 +84,7 @@ def test_identity_sampler_draws_identities_seen_together_together():
             together[a, a + 1] = together[a + 1, a] = True
     ids = np.repeat(np.arange(13), 3)
     feed = sampling.random_sample_identities_forever(
-        12, 3, np.arange(len(ids)), ids, seed=0, together=together)
+        12, 3, np.arange(len(ids)), ids, seed=0, seen_together=together)
     groups, loners = collections.Counter(), 0
     for _ in range(200):
         x, y = next(feed)

@@ -10,9 +10,9 @@ import shutil
 import numpy as np
 import pytest
 
-from cosine_metric_learning import mot_sequences, track, tracking
+from cosine_metric_learning import metrics, mot_sequences, track, tracking
 from cosine_metric_learning.datasets import image_folder, synthetic
-from cosine_metric_learning.datasets import tracklets
+from cosine_metric_learning.datasets import linking, tracklets
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from tests.conftest import one_error_line, run_script
 from tests.helpers import gates
@@ -366,7 +366,7 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path,
     # batch-norm statistics those of the tracklets' crops
     recorded = json.loads((out / "run" / "run.json").read_text())
     assert recorded["loss_mode"] == "triplet"
-    assert report["fine_tuning"]["train_from"] == "fc1"
+    assert report["method"]["train_from"] == "fc1"
     # negatives only between the tracklets seen together
     assert report["fine_tuning"]["pairs_seen_together"] == len(json.loads(
         (out / "tracklets" / "manifest.json").read_text())["seen_together"])
@@ -380,7 +380,8 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path,
     for a, b, distance in linked["links"]:
         (sequence, _, end), (other, start, _) = (manifest["spans"][a],
                                                  manifest["spans"][b])
-        assert sequence == other and 1 <= start - end <= linked["max_gap"]
+        assert sequence == other and \
+            1 <= start - end <= report["method"]["link_max_gap"]
         assert distance < linked["threshold"]
     labels = json.loads((out / "run" / "labels.json").read_text())["labels"]
     assert sorted(n for name in labels.values() for n in name.split("+")) \
@@ -475,6 +476,15 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path,
                        "--min_length=4"):
         adapt.adapt(trained[0], [scene], str(out), number_of_steps=3,
                     batch_size=16, min_length=4)
+    # an earlier release's run, which fine-tuned otherwise: refused
+    earlier = json.loads((out / "adapt.json").read_text())
+    earlier["method"] = {**earlier["method"], "negatives": "every other"}
+    (out / "adapt.json").write_text(json.dumps(earlier))
+    with pytest.raises(UsageError, match="an earlier release made it.*"
+                       "negatives: every other then"):
+        adapt.adapt(trained[0], [scene], str(out), number_of_steps=3,
+                    batch_size=16)
+    (out / "adapt.json").write_bytes(recorded)
     other_model = tmp_path / "other" / "ckpt-7"
     other_model.parent.mkdir()
     for part in glob.glob(trained[0] + ".*"):
@@ -582,14 +592,14 @@ def test_held_out_ranking_and_verdict_against_hand_counts():
     from cosine_metric_learning import adapt
     # every (same, different) pair counted by hand: 0.1 < 0.2, 0.1 < 0.4,
     # 0.3 > 0.2, 0.3 < 0.4; a tie counts half
-    assert adapt.ranking_score([0.1, 0.3], [0.2, 0.4]) == 0.75
-    assert adapt.ranking_score([0.2], [0.2, 0.3]) == 0.75
+    assert metrics.ranking_score([0.1, 0.3], [0.2, 0.4]) == 0.75
+    assert metrics.ranking_score([0.2], [0.2, 0.3]) == 0.75
     rng = np.random.default_rng(0)
     same, different = rng.uniform(size=7), rng.uniform(size=5)
     ws, wd = rng.integers(0, 4, 7).astype(float), rng.integers(1, 4, 5)
     brute = sum(a * b * ((s < d) + 0.5 * (s == d))
                 for s, a in zip(same, ws) for d, b in zip(different, wd))
-    assert adapt.ranking_score(same, different, ws, wd.astype(float)) == \
+    assert metrics.ranking_score(same, different, ws, wd.astype(float)) == \
         pytest.approx(brute / (ws.sum() * wd.sum()))
     # 8 tracklets: 3 same-tracklet pairs each, different pairs between
     # neighbours; "after" moves every same pair beyond every different
@@ -604,11 +614,11 @@ def test_held_out_ranking_and_verdict_against_hand_counts():
     better = (before[0] * 0.1, before[1] + 1.0)
     for after, verdict in ((worse, "worse"), (better, "better"),
                            (before, "no clear difference")):
-        check = adapt.held_out_check(before, after, same_piece,
+        check = metrics.held_out_check(before, after, same_piece,
                                      different_pieces, pieces)
         assert check["verdict"] == verdict, check
         assert check["difference"] == pytest.approx(
-            adapt.ranking_score(*after) - adapt.ranking_score(*before))
+            metrics.ranking_score(*after) - metrics.ranking_score(*before))
         low, high = check["interval"]
         assert low <= check["difference"] <= high
         # --keep=auto takes the adapted model where it is better
@@ -616,20 +626,20 @@ def test_held_out_ranking_and_verdict_against_hand_counts():
     # a slight lean either way, within the interval: the better of the two
     for shift, gain in ((-0.02, True), (0.02, False)):
         leaning = (before[0] + shift, before[1])
-        check = adapt.held_out_check(before, leaning, same_piece,
+        check = metrics.held_out_check(before, leaning, same_piece,
                                      different_pieces, pieces)
         assert check["verdict"] == "no clear difference", check
         assert (check["difference"] > 0) == gain
         assert adapt.held_out_gain(check) == gain
     # too few tracklets to say
-    few = adapt.held_out_check(before, worse, same_piece % 2,
+    few = metrics.held_out_check(before, worse, same_piece % 2,
                                different_pieces % 2, 2)
     assert few["verdict"] == "unchecked" and "2 tracklets" in few["why"]
     assert not adapt.held_out_gain(few)
     # nothing held out (an end of the video without detections)
     empty = (np.zeros(0), np.zeros(0))
-    assert adapt.ranking_score([0.1], []) is None
-    nothing = adapt.held_out_check(empty, empty, np.zeros(0, int),
+    assert metrics.ranking_score([0.1], []) is None
+    nothing = metrics.held_out_check(empty, empty, np.zeros(0, int),
                                    np.zeros((0, 2), int), 0)
     assert nothing["verdict"] == "unchecked" and "0 tracklets" in \
         nothing["why"]
@@ -641,18 +651,17 @@ def _unit(*angles):  # 2-D unit features at these angles (degrees)
 
 
 def test_tracklets_are_linked_across_short_gaps_to_their_nearest():
-    from cosine_metric_learning import adapt
     # one sequence: tracklets 0 and 1 seen together (frames 1-10); 2 and
     # 3 start after them, 4 long after; 5 in another sequence
     spans = [("A", 1, 10), ("A", 5, 10), ("A", 13, 20), ("A", 12, 30),
              ("A", 80, 90), ("B", 11, 20)]
-    distinct = np.zeros((6, 6), bool)
-    distinct[0, 1] = distinct[1, 0] = True
-    distinct[2, 3] = distinct[3, 2] = True
+    seen_together = np.zeros((6, 6), bool)
+    seen_together[0, 1] = seen_together[1, 0] = True
+    seen_together[2, 3] = seen_together[3, 2] = True
     # 2 is near 0 (5 degrees) and 1 (8), 3 near 1 (3), 4 and 5 at 0's
     features = _unit(0, 90, 5, 93, 0, 0)
-    identity, links, threshold = adapt.link_tracklets(
-        features, spans, distinct, max_gap=30, false_accept=0.5)
+    identity, links, threshold = linking.link_tracklets(
+        features, spans, seen_together, max_gap=30, false_accept=0.5)
     # the threshold: the median of the two seen-together distances
     expected = np.median([1 - np.cos(np.radians(90)),
                           1 - np.cos(np.radians(88))])
@@ -662,46 +671,45 @@ def test_tracklets_are_linked_across_short_gaps_to_their_nearest():
     assert links[0][2] == pytest.approx(1 - np.cos(np.radians(5)))
     assert identity.tolist() == [0, 1, 0, 1, 2, 3]
     # a tighter gap and nothing links; with no pair seen together neither
-    assert adapt.link_tracklets(features, spans, distinct, max_gap=1)[1] == []
-    identity, links, threshold = adapt.link_tracklets(
+    assert linking.link_tracklets(features, spans, seen_together,
+                                max_gap=1)[1] == []
+    identity, links, threshold = linking.link_tracklets(
         features, spans, np.zeros((6, 6), bool), max_gap=30)
     assert (identity.tolist(), links, threshold) == (list(range(6)), [], None)
 
 
 def test_links_are_mutual_chain_forward_and_stay_under_the_threshold():
-    from cosine_metric_learning import adapt
     # 0 then 1 then 2, one after the other; 3 seen with each; 4 after 0
     # but 1 is nearer to 0, so 4 stays alone
     spans = [("A", 1, 10), ("A", 12, 20), ("A", 22, 30), ("A", 1, 30),
              ("A", 14, 18)]
-    distinct = np.zeros((5, 5), bool)
+    seen_together = np.zeros((5, 5), bool)
     for a in range(3):
-        distinct[a, 3] = distinct[3, a] = True
-    distinct[4, 3] = distinct[3, 4] = True
+        seen_together[a, 3] = seen_together[3, a] = True
+    seen_together[4, 3] = seen_together[3, 4] = True
     features = _unit(0, 2, 4, 90, 10)
-    identity, links, _ = adapt.link_tracklets(
-        features, spans, distinct, max_gap=30, false_accept=0.05)
+    identity, links, _ = linking.link_tracklets(
+        features, spans, seen_together, max_gap=30, false_accept=0.05)
     assert [(a, b) for a, b, _ in links] == [(0, 1), (1, 2)]
     assert identity.tolist() == [0, 0, 0, 1, 2]
     # 1 as far from 0 as the people seen together: below no threshold
     features = _unit(0, 90, 92, 180, 10)
-    identity, links, threshold = adapt.link_tracklets(
-        features, spans, distinct, max_gap=30, false_accept=0.05)
+    identity, links, threshold = linking.link_tracklets(
+        features, spans, seen_together, max_gap=30, false_accept=0.05)
     assert all(distance < threshold for _, _, distance in links)
     assert (0, 1) not in [(a, b) for a, b, _ in links]
 
 
 def test_pseudo_identities_join_labels_and_their_negatives():
-    from cosine_metric_learning import adapt
     from cosine_metric_learning.datasets.util import TrainSplit
     split = TrainSplit(filenames=np.array(list("abcdef")),
                        ids=np.array([0, 0, 1, 2, 2, 3]),
                        cameras=np.full(6, -1),
                        label_names=["t1", "t2", "t3", "t4"])
-    distinct = np.zeros((4, 4), bool)
-    distinct[1, 2] = distinct[2, 1] = True  # t2 seen with t3
-    linked, together = adapt.pseudo_identities(
-        split, distinct, np.array([0, 1, 0, 2]))  # t1 and t3 one person
+    seen_together = np.zeros((4, 4), bool)
+    seen_together[1, 2] = seen_together[2, 1] = True  # t2 seen with t3
+    linked, together = linking.pseudo_identities(
+        split, seen_together, np.array([0, 1, 0, 2]))  # t1 and t3 one person
     assert linked.ids.tolist() == [0, 0, 1, 0, 0, 2]
     assert linked.label_names == ["t1+t3", "t2", "t4"]
     assert linked.filenames.tolist() == list("abcdef")

@@ -78,13 +78,14 @@ demo: install
 	done
 	@echo
 	@echo "Does it help the tracker? Deep SORT on a synthetic sequence of held-out"
-	@echo "people, pairs of look-alikes who swap lanes behind a pillar: motion alone,"
+	@echo "people, pairs of look-alikes who swap lanes behind a pillar: motion alone"
+	@echo "(every box one feature), random features (only the IoU stage matches),"
 	@echo "the untrained network (ckpt-0), the trained model:"
 	$(PY) -m cosine_metric_learning.datasets.synthetic --layout=mot \
 		--output_dir=$(DEMO_DIR)/MOT-synthetic --seed=3 --pairs=8 --frames=250 \
 		--look_alike=20
 	$(PY) -m cosine_metric_learning.track --sweep \
-		--model=none,$(DEMO_DIR)/output/$(DEMO_LOSS)/ckpt-0,$(DEMO_DIR)/output/$(DEMO_LOSS) \
+		--model=motion,none,$(DEMO_DIR)/output/$(DEMO_LOSS)/ckpt-0,$(DEMO_DIR)/output/$(DEMO_LOSS) \
 		--sequences=$(DEMO_DIR)/MOT-synthetic --output_dir=$(DEMO_DIR)/tracking
 	@echo
 	@echo "Your own cameras: the sequence's tracks cut into identity folders, and the"

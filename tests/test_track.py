@@ -769,3 +769,27 @@ def test_a_registered_tracker_runs_through_the_evaluation(tmp_path,
     with pytest.raises(UsageError, match="tracker='nope': expected one of"):
         track.evaluate(["none"], [sequence], "det", str(tmp_path / "x"),
                        sweep=False, tracker="nope")
+
+
+def test_motion_row_is_deep_sort_with_neutral_appearance(tmp_path):
+    """``motion``: every box the same unit feature, so Deep SORT's cascade
+    and Kalman gate decide and a confirmed track survives an occlusion;
+    ``none``'s random features leave only the IoU stage, which loses a
+    track missed for two frames. Neither has a gate to calibrate or
+    sweep."""
+    from cosine_metric_learning.datasets import synthetic
+    sequence = mot_sequences.read_sequence(synthetic.write_mot_sequence(
+        str(tmp_path), num_pairs=3, num_frames=120, seed=3, name="MOT-01"))
+    rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
+    features = appearance.FeatureCache().features("motion", sequence, rows)
+    np.testing.assert_allclose(features @ features.T, 1.0)
+    summary = track.evaluate(["motion", "none"], [sequence], "det",
+                             str(tmp_path / "out"), sweep=True)
+    for model in ("motion", "none"):
+        entry = summary["models"][model]
+        assert "self_calibrated_gate" not in entry
+        assert len(entry["runs"]) == 1 and "ground_truth_gate" not in entry
+    scores = {m: summary["models"][m]["runs"][0]["metrics"]["COMBINED"]
+              for m in ("motion", "none")}
+    assert scores["motion"]["IDSW"] < scores["none"]["IDSW"]
+    assert scores["motion"]["IDF1"] > scores["none"]["IDF1"]

@@ -326,7 +326,7 @@ def test_real_video_benchmark_scores_annotated_frames_and_cleans_up(
                         env={"TMPDIR": str(work)}, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "scored together (20 frames annotated)" in result.stdout
-    assert "tracking with 2 rows" in result.stderr
+    assert "tracking with 3 rows" in result.stderr
     assert os.listdir(work) == []
     table = json.loads((tmp_path / "table.json").read_text())["table"]
     # motion alone, scored on frames 1-20 as datasets.video --last_frame=20
@@ -335,4 +335,6 @@ def test_real_video_benchmark_scores_annotated_frames_and_cleans_up(
                          frame_rate=7, last_frame=20, log=lambda _: None)
     cut = _metrics(mot_sequences.read_sequence(str(tmp_path / "CUT-01")),
                    str(tmp_path / "cut"))
-    assert table["motion only"]["at 0.2"]["IDF1"] == cut["IDF1"]
+    assert table["random features (IoU stage only)"]["at 0.2"]["IDF1"] == \
+        cut["IDF1"]
+    assert "motion (one feature for every box)" in table

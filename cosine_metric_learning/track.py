@@ -213,7 +213,17 @@ def evaluate(models, sequences, detections, output_dir, sweep,
     at all, with ``summary.json``; the models run on ``backend`` (see
     :func:`encoder.load`); ``tracker`` is a name of
     :data:`tracking.TRACKERS`. Returns the summary."""
-    tracking.get_tracker(tracker)
+    chosen = tracking.get_tracker(tracker)
+    if chosen.gate is None:
+        tracking.require_roboflow_trackers()
+        with_appearance = [m for m in models
+                           if m not in appearance.NO_APPEARANCE]
+        if with_appearance:
+            raise ArgumentError(
+                "models", ",".join(models), f"{chosen.title} takes no "
+                f"features; track {with_appearance[0]} with a tracker that "
+                f"does (--tracker={tracking.DEEP_SORT}), or give "
+                f"{appearance.MOTION} or {appearance.NONE}")
     base = {**DEFAULTS, **(parameters or {})}
     check_parameters(base)
     mot_sequences.check_classes(classes)
@@ -312,8 +322,8 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
             output_dir, folder, name), "metrics": numbers})
 
     run(base)  # the given setting first
-    if sweep and model not in appearance.NO_APPEARANCE:
-        sweeps = tracking.get_tracker(tracker).sweep
+    sweeps = tracking.get_tracker(tracker).sweep
+    if sweep and sweeps and model not in appearance.NO_APPEARANCE:
         grid = [_with(base, g, b) for b in sweeps["nn_budget"]
                 for g in sweeps["max_cosine_distance"]]
         for setting in grid:

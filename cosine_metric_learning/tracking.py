@@ -405,8 +405,9 @@ class Tracker:
 
     ``parameters``: the settings ``run`` takes (keys of
     :data:`DEFAULTS`); ``gate``: the one that gates appearance by the
-    cosine distance (what self-calibration sets); ``sweep``: the values
-    a sweep tries of each swept parameter.
+    cosine distance (what self-calibration sets), None for a tracker of
+    motion alone (it takes no features); ``sweep``: the values a sweep
+    tries of each swept parameter (none: no sweep).
     """
     name: str
     title: str
@@ -414,6 +415,49 @@ class Tracker:
     gate: str
     run: Callable
     sweep: dict
+
+
+def require_roboflow_trackers():
+    """roboflow's ``trackers`` package (the ``track`` extra), or one line
+    saying how to install it."""
+    try:
+        import supervision
+        import trackers
+    except ImportError as e:
+        raise UsageError("the motion-only trackers need the optional "
+                         "package 'trackers' (roboflow), which is not "
+                         f"installed: {mot_sequences.INSTALL_HINT}") from e
+    return trackers, supervision
+
+
+def _motion_tracker(class_name):
+    """A runner of roboflow's ``trackers.<class_name>`` at its own
+    defaults (a frame rate of 30, so its lost-track buffer counts frames):
+    motion alone, the features unused. A track's rows are the detections
+    it was updated with, as Deep SORT's are; ids from 1."""
+    def run(rows, features, num_frames, matches=None):
+        trackers, sv = require_roboflow_trackers()
+        tracker = getattr(trackers, class_name)()
+        results = []
+        for frame in range(1, num_frames + 1):
+            index = np.flatnonzero(rows[:, 0] == frame)
+            boxes = rows[index, 2:6].astype(float)
+            boxes[:, 2:] += boxes[:, :2]  # xyxy
+            tracked = tracker.update(sv.Detections(
+                xyxy=boxes.reshape(-1, 4), confidence=rows[index, 6],
+                data={"row": index}))
+            for box, track_id, row in zip(tracked.xyxy, tracked.tracker_id,
+                                          tracked.data["row"]):
+                if track_id < 0:  # not (yet) a track
+                    continue
+                left, top, right, bottom = (float(v) for v in box)
+                results.append((frame, int(track_id) + 1, left, top,
+                                right - left, bottom - top))
+                if matches is not None:
+                    matches.append((frame, int(track_id) + 1, int(row)))
+        results.sort(key=lambda r: (r[0], r[1]))
+        return results
+    return run
 
 
 DEEP_SORT = "deepsort"
@@ -424,6 +468,13 @@ TRACKERS = {
         {"max_cosine_distance": (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,
                                  0.3),
          "nn_budget": (100,)}),
+    # motion alone, from roboflow's trackers 2.6 at their defaults
+    **{name: Tracker(name, f"{title} (roboflow's trackers, motion alone, "
+                     "at its defaults)", (), None, _motion_tracker(cls), {})
+       for name, title, cls in (
+           ("sort", "SORT", "SORTTracker"),
+           ("bytetrack", "ByteTrack", "ByteTrackTracker"),
+           ("ocsort", "OC-SORT", "OCSORTTracker"))},
 }
 
 

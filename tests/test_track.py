@@ -793,3 +793,40 @@ def test_motion_row_is_deep_sort_with_neutral_appearance(tmp_path):
               for m in ("motion", "none")}
     assert scores["motion"]["IDSW"] < scores["none"]["IDSW"]
     assert scores["motion"]["IDF1"] > scores["none"]["IDF1"]
+
+
+@pytest.mark.parametrize("name,cls", [("sort", "SORTTracker"),
+                                      ("bytetrack", "ByteTrackTracker"),
+                                      ("ocsort", "OCSORTTracker")])
+def test_motion_trackers_are_roboflows_called_directly(tmp_path, name, cls):
+    """``--tracker=sort|bytetrack|ocsort``: roboflow's trackers at their
+    defaults, track for track as the library gives them here; they take
+    no features, so a model with appearance is refused in one line."""
+    trackers = pytest.importorskip("trackers")
+    import supervision as sv
+    from cosine_metric_learning.datasets import synthetic
+    sequence = mot_sequences.read_sequence(synthetic.write_mot_sequence(
+        str(tmp_path), num_pairs=2, num_frames=60, seed=6, name="RF-01"))
+    rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
+    ours = tracking.track(rows, None, sequence.num_frames, tracking.DEFAULTS,
+                          tracker=name)
+    tracker, theirs = getattr(trackers, cls)(), []
+    for frame in range(1, sequence.num_frames + 1):
+        frame_rows = rows[rows[:, 0] == frame]
+        out = tracker.update(sv.Detections(
+            xyxy=np.column_stack([frame_rows[:, 2:4], frame_rows[:, 2:4]
+                                  + frame_rows[:, 4:6]]).reshape(-1, 4),
+            confidence=frame_rows[:, 6]))
+        theirs += sorted(
+            (frame, int(t) + 1, x1, y1, x2 - x1, y2 - y1)
+            for (x1, y1, x2, y2), t in zip(out.xyxy, out.tracker_id)
+            if t >= 0)
+    assert len(ours) > 40
+    np.testing.assert_allclose(np.asarray(ours, float),
+                               np.asarray(theirs, float))
+    summary = track.evaluate(["none"], [sequence], "det",
+                             str(tmp_path / "out"), sweep=True, tracker=name)
+    assert len(summary["models"]["none"]["runs"]) == 1
+    with pytest.raises(UsageError, match="takes no features"):
+        track.evaluate(["none", "identity"], [sequence], "det",
+                       str(tmp_path / "other"), sweep=False, tracker=name)

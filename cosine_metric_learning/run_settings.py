@@ -47,6 +47,12 @@ def settings(dataset_name, loss_mode, image_shape, network=NETWORK):
             "network": network}
 
 
+def as_json(config):
+    """Every field of a settings object, as JSON values (what JSON lacks
+    as text)."""
+    return json.loads(json.dumps(dataclasses.asdict(config), default=str))
+
+
 def read(run_dir):
     """The recorded settings of a run, or None if it has none."""
     path = os.path.join(run_dir, FILENAME)

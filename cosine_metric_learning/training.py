@@ -132,7 +132,9 @@ def prepare_run_dir(dataset, config, chief):
             **run_settings.settings(dataset.name, config.loss_mode,
                                     dataset.image_shape, dataset.network),
             "recipe": config.recipe,
-            "recipe_settings": config.recipe_settings})
+            "recipe_settings": config.recipe_settings,
+            # every setting of the run, as it started
+            "config": run_settings.as_json(config)})
     if dataset.label_names is not None:
         path = run_settings.write_label_map(config.run_dir,
                                             dataset.label_names,

@@ -4,6 +4,7 @@ Nothing a command did not write is replaced or deleted; wrong values are
 refused with one line (exit status 2) instead of giving wrong results.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -395,10 +396,16 @@ def test_evaluator_warns_once_about_a_run_that_is_not_there(market_dir,
 def test_resume_with_another_loss_is_refused(run, market_dir, tmp_path):
     log_dir, run_dir = _copy_run(run, tmp_path)
     recorded = json.loads(open(os.path.join(run_dir, "run.json")).read())
+    config = recorded.pop("config")
     assert recorded == {"dataset": "market1501", "loss_mode": "triplet",
                         "image_shape": [128, 64, 3], "network": "deep_sort",
                         "recipe": "baseline",
                         "recipe_settings": settings.RECIPE_DEFAULTS}
+    # and every setting the run started with
+    assert config["loss_mode"] == "triplet" and config["run_id"] == \
+        os.path.basename(run_dir)
+    assert set(config) == {f.name for f in dataclasses.fields(
+        settings.TrainConfig)}
     with pytest.raises(UsageError, match=r"cannot continue .* with "
                        r"--loss_mode=magnet: it was trained with "
                        r"--loss_mode=triplet"):

@@ -250,35 +250,87 @@ def _litert(path):
     return Backend(run, shape, feature_dim, LITERT, interpreter)
 
 
+# Open Model Zoo's re-identification models (person-reidentification-
+# retail-*): one float input of BGR crops, 0-255, (N, 3, H, W), named
+# "data" (the normalisation is inside the IR), and one (N, D) embedding;
+# recognised by them
+OMZ_INPUT_NAME = "data"
+
+
+def _omz_layout(model):
+    """``(H, W)`` of an Open Model Zoo re-identification model's input,
+    None for another model."""
+    if len(model.inputs) != 1 or len(model.outputs) != 1 or \
+            model.output(0).get_partial_shape().rank.get_length() != 2:
+        return None  # one input, one (N, D) output: not a detector's
+    port = model.input(0)
+    shape = port.get_partial_shape()
+    if OMZ_INPUT_NAME not in port.get_names() or shape.rank.get_length() \
+            != 4 or not all(d.is_static for d in list(shape)[1:]) or \
+            shape[1].get_length() != 3 or \
+            port.get_element_type().to_string() != "f32":
+        return None
+    return shape[2].get_length(), shape[3].get_length()
+
+
+def omz_input(patches):
+    """uint8 BGR patches ``(N, H, W, 3)`` as an Open Model Zoo model
+    takes them: float32 BGR, 0-255, ``(N, 3, H, W)``."""
+    return np.ascontiguousarray(
+        np.asarray(patches, np.float32).transpose(0, 3, 1, 2))
+
+
 def _openvino(path, config):
     ov = deploy.require("openvino", f"the OpenVINO model {path}")
+    core = ov.Core()
     try:
-        compiled = ov.Core().compile_model(path, "CPU", config)
+        model = core.read_model(path)
+        omz = _omz_layout(model)
+        if omz is not None:  # its batch of 1 made any
+            model.reshape({model.input(0): ov.PartialShape([-1, 3, *omz])})
+        compiled = core.compile_model(model, "CPU", config)
     except RuntimeError as e:
         hint = ("; an IR is the .xml and the .bin written with it, side by "
                 "side" if path.lower().endswith(".xml") else "")
         raise ArgumentError("path", path, "OpenVINO cannot load it: "
                             f"{_openvino_reason(e)}{hint}") from e
     names = [name for port in compiled.inputs for name in port.get_names()]
-    if export.INPUT_NAME not in names or len(compiled.inputs) != 1:
+    if omz is None and (export.INPUT_NAME not in names
+                        or len(compiled.inputs) != 1):
         raise ArgumentError("path", path, "expected a model with one "
-                            f"'{export.INPUT_NAME}' input, found {names}")
+                            f"'{export.INPUT_NAME}' input (this project's "
+                            "export) or Open Model Zoo's re-identification "
+                            f"layout (one float '{OMZ_INPUT_NAME}' input of "
+                            f"(N, 3, H, W) BGR crops), found {names}")
     port = compiled.input(0)
-    shape = port.get_partial_shape()
-    dims = tuple(d.get_length() if d.is_static else None for d in shape)
-    dtype = port.get_element_type().to_string().replace("u8", "uint8")
-    shape = _check_shape(path, dims[1:], dtype)
+    finish = np.ndarray.copy
+    if omz is not None:  # compared by cosine: made unit, as ours are
+        shape, prepare, finish = (*omz, 3), omz_input, _unit
+    else:
+        dims = tuple(d.get_length() if d.is_static else None
+                     for d in port.get_partial_shape())
+        dtype = port.get_element_type().to_string().replace("u8", "uint8")
+        shape, prepare = _check_shape(path, dims[1:], dtype), np.asarray
     output = compiled.output(0)
     feature_dim = int(output.get_partial_shape()[-1].get_length())
     if str(config.get("PERFORMANCE_HINT", "")).upper() == "THROUGHPUT":
-        run = _openvino_streams(compiled)
+        streams = _openvino_streams(compiled)
+
+        def run(images):
+            return finish(streams(prepare(images)))
     else:
         request = compiled.create_infer_request()
 
         def run(images):
-            return request.infer({0: images})[output].copy()
+            return finish(request.infer({0: prepare(images)})[output])
 
     return Backend(run, shape, feature_dim, OPENVINO, compiled)
+
+
+def _unit(features):
+    features = np.asarray(features, np.float32)
+    return features / np.maximum(
+        np.linalg.norm(features, axis=1, keepdims=True), 1e-12)
 
 
 def _openvino_reason(error):

@@ -17,7 +17,7 @@ from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning.datasets.spec import MARKET1501 as MARKET
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.nets.deep_sort import network_definition
-from tests.conftest import WITHOUT_VNNI, one_error_line, run_script
+from tests.conftest import ROOT, WITHOUT_VNNI, one_error_line, run_script
 from tests.reference import keras_features, kit_reference, rank1_interval
 
 pytestmark = pytest.mark.slow
@@ -546,3 +546,39 @@ def test_the_fastest_backend_is_the_fastest_installed_for_the_format(
     float32 = encoder_lib.load(onnx)(crops)
     # at the processor's precision: bfloat16 where it has it
     assert np.sum(loaded(crops) * float32, axis=1).min() > 0.99
+
+
+# real models trained by others, beside the checkout (or where
+# OMZ_MODELS says): the test is skipped without them
+SHARED_MODELS = os.environ.get("OMZ_MODELS", os.path.join(
+    os.path.dirname(ROOT), "shared", "models", "omz"))
+
+
+def test_an_open_model_zoo_reid_model_is_a_model_like_ours(tmp_path):
+    """Intel's person-reidentification-retail-0288 (an OpenVINO IR of
+    another layout: float BGR NCHW crops named data) as --model: its
+    features are OpenVINO's own on the same crops, made unit; the
+    pedestrian detector's IR, of another output, is refused."""
+    path = os.path.join(SHARED_MODELS, "person-reidentification-retail-0288",
+                        "FP32", "person-reidentification-retail-0288.xml")
+    if not os.path.isfile(path):
+        pytest.skip("the Open Model Zoo models are not on this machine")
+    ov = pytest.importorskip("openvino")
+    encoder = encoder_lib.load(path)
+    assert encoder.image_shape == (256, 128, 3)
+    patches = np.random.default_rng(1).integers(0, 256, (3, 256, 128, 3),
+                                                dtype=np.uint8)
+    ours = np.asarray(encoder(patches))
+    compiled = ov.Core().compile_model(path, "CPU",
+                                       {"INFERENCE_PRECISION_HINT": "f32"})
+    theirs = np.concatenate([
+        compiled(patch.transpose(2, 0, 1)[None].astype(np.float32))[0]
+        for patch in patches])
+    theirs /= np.linalg.norm(theirs, axis=1, keepdims=True)
+    assert ours.shape == (3, 256)
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+    detector = os.path.join(SHARED_MODELS, "pedestrian-detection-adas-0002",
+                            "FP16", "pedestrian-detection-adas-0002.xml")
+    with pytest.raises(UsageError, match="Open Model Zoo's "
+                       "re-identification layout"):
+        encoder_lib.load(detector)

@@ -62,6 +62,8 @@ FRAMES = ("video", "jpg")
 # gt/gt.txt
 WRITER = "cosine_metric_learning.datasets.video"
 GT_KEY = "gtWritten"
+# the detector that found the boxes of det/det.txt, where one did
+DETECTOR_KEY = "detector"
 
 
 def _written(info):
@@ -203,15 +205,44 @@ def _write_rows(path, rows):
     np.savetxt(path, rows, delimiter=",", fmt="%.10g")
 
 
+def detect_rows(detector, video, first, last, log=logging.info,
+                progress_secs=10.0):
+    """``det.txt`` rows of the video frames ``first`` to ``last`` (the
+    sequence's frames 1 to ``last - first + 1``) by ``detector`` (a
+    :class:`detector.Detector`), with a progress line now and then."""
+    rows, count = [], last - first + 1
+    start = done = time.time()
+    for number, frame in mot_sequences.video_frames(
+            video, range(1, count + 1), first):
+        for box in detector(frame):
+            rows.append([number, -1, *box])
+        if time.time() - done >= progress_secs or number == count:
+            done = time.time()
+            rate = number / max(done - start, 1e-9)
+            log(f"detected frame {number}/{count} ({rate:.1f} frames/s, "
+                f"{len(rows)} boxes)")
+    return np.asarray(rows, float).reshape(-1, 7)
+
+
 def write_sequence(video, detections, output_dir, gt=None, name=None,
                    frame_rate=None, frames="video", first_frame=1,
-                   last_frame=None, gt_last_frame=None, log=logging.info):
+                   last_frame=None, gt_last_frame=None, log=logging.info,
+                   detector=None,
+                   detector_min_confidence=None):
     """Write the sequence folder of the module's docstring; returns its
     ``seqinfo.ini`` values. ``gt_last_frame``: the last video frame the
     ground truth annotates (default: its last row's); where it ends
     before the sequence, ``seqinfo.ini`` records it and only the frames
     up to it are scored. ``log`` gets a line on what the ground truth
-    covers."""
+    covers. ``detector`` (an OpenVINO IR, :mod:`detector`; instead of
+    ``detections``) finds the boxes in the frames, keeping those of
+    ``detector_min_confidence`` and above."""
+    if (detections is None) == (detector is None):
+        raise ArgumentError("detections", detections, "expected a "
+                            "detections file or a detector, one of them")
+    if detector_min_confidence is not None and detector is None:
+        raise ArgumentError("detector_min_confidence",
+                            detector_min_confidence, "without a detector")
     if frames not in FRAMES:
         raise ArgumentError("frames", frames,
                             f"expected one of {', '.join(FRAMES)}")
@@ -229,6 +260,14 @@ def write_sequence(video, detections, output_dir, gt=None, name=None,
     if not os.path.isfile(video):
         raise ArgumentError("video", video, "no such file")
     files.check_output(output_dir, OUTPUT)  # before decoding the video
+    if detector is not None:  # loaded before the work
+        from cosine_metric_learning import detector as detector_lib
+        if not os.path.isfile(detector):
+            raise ArgumentError("detector", detector, "no such file")
+        detector = detector_lib.Detector(
+            detector, detector_lib.DEFAULT_MIN_CONFIDENCE
+            if detector_min_confidence is None else detector_min_confidence,
+            argument="detector")
     count, shape, fps, header = count_frames(video)
     last = count if last_frame is None else last_frame
     truncated = (f"; its header promises {header}: the file is truncated"
@@ -242,9 +281,9 @@ def write_sequence(video, detections, output_dir, gt=None, name=None,
             last_frame if last_frame is not None else first_frame,
             f"expected frames {first_frame} to {count} of the video (it "
             f"has {count}{truncated})")
-    det_rows = read_rows(detections, "detections", 7, "detection file",
-                         mot_sequences.DET_COLUMNS, count, shape,
-                         first_frame, last, header)
+    det_rows = None if detections is None else read_rows(
+        detections, "detections", 7, "detection file",
+        mot_sequences.DET_COLUMNS, count, shape, first_frame, last, header)
     gt_rows = None if gt is None else read_rows(
         gt, "gt", mot_sequences.NUM_GT_COLUMNS, "ground-truth file",
         mot_sequences.GT_COLUMNS, count, shape, first_frame, last, header,
@@ -284,6 +323,10 @@ def write_sequence(video, detections, output_dir, gt=None, name=None,
             "seqLength": str(length),
             "imWidth": str(shape[1]), "imHeight": str(shape[0]),
             "writtenBy": WRITER}
+    if detector is not None:  # the last check passed: now the work
+        det_rows = detect_rows(detector, video, first_frame, last, log)
+        info.update({DETECTOR_KEY: os.path.abspath(detector.path),
+                     "detectorMinConfidence": f"{detector.min_confidence:g}"})
     if gt_rows is not None:
         info[GT_KEY] = "yes"
         if gt_last < length:
@@ -331,7 +374,9 @@ def main(argv):
         info = write_sequence(
             FLAGS.video, FLAGS.detections, FLAGS.output_dir, FLAGS.gt,
             FLAGS.name, FLAGS.frame_rate, FLAGS.frames, FLAGS.first_frame,
-            FLAGS.last_frame, FLAGS.gt_last_frame, log=print)
+            FLAGS.last_frame, FLAGS.gt_last_frame, log=print,
+            detector=FLAGS.detector,
+            detector_min_confidence=FLAGS.detector_min_confidence)
         print(f"wrote {FLAGS.output_dir}: {info['name']}, "
               f"{info['seqLength']} frames of {info['imWidth']}x"
               f"{info['imHeight']} at {info['frameRate']} frames/s, "
@@ -345,7 +390,8 @@ def main(argv):
 FLAGS = flags.FLAGS
 FLAG_NAMES = {name: f"--{name}" for name in (
     "video", "detections", "gt", "output_dir", "frame_rate", "frames",
-    "first_frame", "last_frame", "gt_last_frame", "name")}
+    "first_frame", "last_frame", "gt_last_frame", "name", "detector",
+    "detector_min_confidence")}
 
 
 def define_flags():
@@ -353,7 +399,14 @@ def define_flags():
                         "decodes: .avi, .mp4, .mkv, ...).", required=True)
     flags.DEFINE_string("detections", None, "Its detections, as "
                         "MOTChallenge's det.txt (frame from 1, -1, left, "
-                        "top, width, height, confidence).", required=True)
+                        "top, width, height, confidence); or --detector.")
+    flags.DEFINE_string("detector", None, "Instead of --detections: an "
+                        "OpenVINO IR of a pedestrian detector in Open Model "
+                        "Zoo's SSD layout (pedestrian-detection-adas-0002) "
+                        "to find the boxes in the frames.")
+    flags.DEFINE_float("detector_min_confidence", None, "--detector: the "
+                       "boxes kept, this confidence and above (default "
+                       "0.3, as Deep SORT's application keeps).")
     flags.DEFINE_string("gt", None, "Its ground truth, as MOTChallenge's "
                         "gt.txt (9 columns, or 2D MOT 2015's 10), if any.")
     flags.DEFINE_string("output_dir", None, "The sequence folder to write "

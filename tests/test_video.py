@@ -15,7 +15,7 @@ from cosine_metric_learning import mot_sequences, track, tracking
 from cosine_metric_learning.datasets import mot as mot_crops
 from cosine_metric_learning.datasets import synthetic, tracklets, video
 from cosine_metric_learning.errors import UsageError
-from tests.conftest import one_error_line, run_script
+from tests.conftest import ROOT, one_error_line, run_script
 
 cv2 = pytest.importorskip("cv2")
 
@@ -338,3 +338,71 @@ def test_real_video_benchmark_scores_annotated_frames_and_cleans_up(
     assert table["random features (IoU stage only)"]["at 0.2"]["IDF1"] == \
         cut["IDF1"]
     assert "motion (one feature for every box)" in table
+
+
+def test_ssd_output_to_boxes_by_hand():
+    from cosine_metric_learning import detector
+    found = np.array([
+        [0, 1, 0.9, 0.1, 0.2, 0.3, 0.6],    # kept: 10..30 x 20..60 px
+        [0, 1, 0.2, 0.1, 0.2, 0.3, 0.6],    # below the confidence
+        [0, 1, 0.8, -0.1, 0.5, 0.05, 1.2],  # clipped to the frame
+        [0, 1, 0.7, 0.5, 0.5, 0.5, 0.7],    # no width
+        [-1, 0, 0.99, 0.1, 0.1, 0.2, 0.2],  # the list's end
+        [0, 1, 0.99, 0.1, 0.1, 0.2, 0.2]])  # after it: not a detection
+    rows = detector.boxes_of(found, width=100, height=100,
+                             min_confidence=0.3)
+    np.testing.assert_allclose(rows, [[10, 20, 20, 40, 0.9],
+                                      [0, 50, 5, 50, 0.8]], atol=1e-6)
+
+
+def test_a_detector_finds_the_boxes_of_a_video(scene, tmp_path):
+    """``--detector``: the Open Model Zoo pedestrian detector's boxes of
+    each frame, as OpenVINO gives them called directly, in det.txt;
+    an IR of another layout, a missing .bin or both --detections and
+    --detector: one line, nothing written."""
+    from cosine_metric_learning import detector as detector_lib
+    models = os.environ.get("OMZ_MODELS", os.path.join(
+        os.path.dirname(ROOT), "shared", "models", "omz"))
+    path = os.path.join(models, "pedestrian-detection-adas-0002", "FP16",
+                        "pedestrian-detection-adas-0002.xml")
+    if not os.path.isfile(path):
+        pytest.skip("the Open Model Zoo models are not on this machine")
+    ov = pytest.importorskip("openvino")
+    folder, video_path = scene
+    out = tmp_path / "DET-01"
+    lines = []
+    info = video.write_sequence(video_path, None, str(out), detector=path,
+                                detector_min_confidence=0.05,
+                                last_frame=5, log=lines.append)
+    assert info["detector"] == path and "detected frame 5/5" in lines[-1]
+    written = np.loadtxt(out / "det" / "det.txt", delimiter=",", ndmin=2)
+    # the same frames through OpenVINO here
+    compiled = ov.Core().compile_model(path, "CPU")
+    expected = []
+    for number, frame in enumerate(_decoded(video_path)[:5], 1):
+        image = cv2.resize(frame, (672, 384)).transpose(2, 0, 1)[None]
+        found = compiled(image.astype(np.float32))[0].reshape(-1, 7)
+        expected += [[number, -1, *box] for box in detector_lib.boxes_of(
+            found, frame.shape[1], frame.shape[0], 0.05)]
+    assert len(expected) > 0
+    np.testing.assert_allclose(written, np.asarray(expected), atol=1e-3)
+    # bad detectors: one line, nothing written
+    reid = os.path.join(models, "person-reidentification-retail-0288",
+                        "FP32", "person-reidentification-retail-0288.xml")
+    bad = tmp_path / "bad"
+    result = run_script("-m", "cosine_metric_learning.datasets.video",
+                        f"--video={video_path}", f"--detector={reid}",
+                        f"--output_dir={bad}")
+    one_error_line(result, "--detector=", "Open Model Zoo's layout")
+    lonely = tmp_path / "lonely.xml"
+    lonely.write_bytes(open(path, "rb").read())  # no .bin beside it
+    result = run_script("-m", "cosine_metric_learning.datasets.video",
+                        f"--video={video_path}", f"--detector={lonely}",
+                        f"--output_dir={bad}")
+    one_error_line(result, "--detector=", "OpenVINO cannot load it")
+    result = run_script("-m", "cosine_metric_learning.datasets.video",
+                        f"--video={video_path}", f"--detector={path}",
+                        f"--detections={folder}/det/det.txt",
+                        f"--output_dir={bad}")
+    one_error_line(result, "--detections=", "one of them")
+    assert not bad.exists()

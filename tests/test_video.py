@@ -406,3 +406,14 @@ def test_a_detector_finds_the_boxes_of_a_video(scene, tmp_path):
                         f"--output_dir={bad}")
     one_error_line(result, "--detections=", "one of them")
     assert not bad.exists()
+
+
+def test_the_converter_starts_without_tensorflow():
+    """``datasets.video --help`` and its refusals come at once: the
+    converter's imports leave TensorFlow out (it loads in seconds)."""
+    result = run_script("-c", "import sys; import "
+                        "cosine_metric_learning.datasets.video; "
+                        "print('tensorflow' in sys.modules)",
+                        env={"TESTS_FORK": "0"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "False"

@@ -234,3 +234,21 @@ def test_every_link_between_the_pages_reaches_its_file_and_heading():
             elif anchor and anchor not in _anchors(linked):
                 problems.append(f"{path}: no heading #{anchor} in {file}")
     assert not problems, "\n".join(problems)
+
+
+def test_the_flag_table_lists_every_setting_and_no_other():
+    """docs/training.md's table of the entry points' flags against the
+    settings classes the flags are made from (and --mode)."""
+    import dataclasses
+    from cosine_metric_learning import cli
+    with open(os.path.join(ROOT, "docs", "training.md")) as f:
+        section = f.read().split("\n## Flags\n")[1].split("\n## ")[0]
+    listed = set()
+    for line in section.splitlines():
+        if line.startswith("| `--"):
+            listed |= set(re.findall(r"--(?:\[no\])?(\w+)",
+                                     line.split("|")[1]))
+    defined = {"mode"} | {field.name for config in set(cli.CONFIGS.values())
+                          for field in dataclasses.fields(config)}
+    assert listed == defined, (sorted(defined - listed),
+                               sorted(listed - defined))

@@ -2,7 +2,7 @@
 
 For each model, on crossing scenes of people it never saw (synthetic:
 pairs who swap lanes behind a pillar), the gate is calibrated without
-ground truth (:func:`datasets.tracklets.self_calibrated_gate`, the
+ground truth (:func:`datasets.gates.self_calibrated_gate`, the
 sequences' motion-only tracklets) at several shares of false accepts, and
 the scenes are tracked at each gate and scored (IDF1 with the ground
 truth); beside them, the sweep's grid, its refinement and the
@@ -22,7 +22,8 @@ import tempfile
 import numpy as np
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import metrics, mot_sequences, track, tracking
+from cosine_metric_learning import gates, metrics, mot_sequences, track
+from cosine_metric_learning import tracking
 from cosine_metric_learning.datasets import synthetic, tracklets
 
 TARGETS = (0.001, 0.003, 0.01, 0.03, 0.1)
@@ -69,23 +70,23 @@ def main(argv=None):
             rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
             features = tracking.encode_rows(encoder, sequence, rows)
             pieces = tracklets.motion_pieces(sequence, rows)[0]
-            s, d = tracklets.pair_distances(features, rows, pieces)
+            s, d = gates.pair_distances(features, rows, pieces)
             same.append(s)
             different.append(d)
             scenes.append((sequence, rows, features, pieces))
         same, different = np.concatenate(same), np.concatenate(different)
         rows = []
         for target in TARGETS:
-            gate = tracklets.self_calibrated_gate(same, different, target,
+            gate = gates.self_calibrated_gate(same, different, target,
                                                   None)
             rows.append((f"false accepts {target:g}", gate["gate"],
                          gate["false_reject"], idf1_at(gate["gate"], scenes)))
         for target in REJECTS:
-            gate = tracklets.self_calibrated_gate(same, different, 0.0,
+            gate = gates.self_calibrated_gate(same, different, 0.0,
                                                   target)
             rows.append((f"false rejects {target:g}", gate["gate"],
                          gate["false_reject"], idf1_at(gate["gate"], scenes)))
-        gate = tracklets.self_calibrated_gate(same, different)
+        gate = gates.self_calibrated_gate(same, different)
         rows.append((f"default ({gate['bound']})", gate["gate"],
                      gate["false_reject"], idf1_at(gate["gate"], scenes)))
         equal = metrics.equal_error_gate(

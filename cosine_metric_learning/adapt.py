@@ -80,7 +80,8 @@ from absl import app, flags, logging
 from cosine_metric_learning import appearance, checkpoints
 from cosine_metric_learning import export as export_lib
 from cosine_metric_learning import features as features_lib
-from cosine_metric_learning import files, formats, metrics, mot_sequences
+from cosine_metric_learning import files, formats, gates, metrics
+from cosine_metric_learning import mot_sequences
 from cosine_metric_learning import preprocessing
 from cosine_metric_learning import run_settings, settings, tracking, training
 from cosine_metric_learning import model as model_lib
@@ -142,8 +143,8 @@ REPORT = files.json_kind({"model", "checkpoint", "sequences", "settings",
 
 
 __doc__ = __doc__.format(  # the numbers as the code sets them
-    false_accept=f"{100 * tracklets.GATE_FALSE_ACCEPT:g} %",
-    false_reject=f"{100 * tracklets.GATE_FALSE_REJECT:g} %",
+    false_accept=f"{100 * gates.GATE_FALSE_ACCEPT:g} %",
+    false_reject=f"{100 * gates.GATE_FALSE_REJECT:g} %",
     statistics_images=f"{STATISTICS_IMAGES:,}",
     link_max_gap=linking.LINK_MAX_GAP,
     link_false_accept=f"{100 * linking.LINK_FALSE_ACCEPT:g} %")
@@ -335,7 +336,7 @@ def _held_out(paths, parts, rows_of, cache, cut):
         rows = rows_of[part.name]
         pieces = cache.motion_pieces(part, rows, **cut)
         pairs_same, pieces_same, pairs_different, pieces_different = \
-            tracklets.pairs(rows, pieces)
+            gates.pairs(rows, pieces)
         for path in paths:
             features = cache.features(path, part, rows)
             for store, chosen in ((same, pairs_same),
@@ -570,7 +571,7 @@ def format_report(report):
         "self_calibrated_gate"]["gate"]
     lines.append("its gate:")
     lines.extend(f"  {tracker}: {setting}"
-                 for tracker, setting in tracking.gate_settings(gate,
+                 for tracker, setting in gates.gate_settings(gate,
                                                                 notes=True))
     if report["export"]:
         lines.append(f"wrote {report['export']}")

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.optimize
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import mot_sequences, peers, tracking
+from cosine_metric_learning import gates, mot_sequences, peers, tracking
 from cosine_metric_learning.datasets import tracklets
 
 MOTION = "motion"
@@ -127,17 +127,17 @@ def identity_features(sequence, rows, detections=True):
 
 def calibrate(model, sequences, rows_of, parameters, cache):
     """The self-calibrated gate of ``model`` on the sequences
-    (:func:`tracklets.self_calibrated_gate`, with the gate in each
+    (:func:`gates.self_calibrated_gate`, with the gate in each
     tracker's convention), from the motion-only tracklets of their
     tracked detections ``rows_of[name]``, tracked at ``parameters``;
     None without pairs. ``cache``: a :class:`FeatureCache`."""
     # motion alone: any gate
     setting = {**parameters, "max_cosine_distance":
                tracking.DEFAULTS["max_cosine_distance"]}
-    gate = tracklets.pooled_gate(
+    gate = gates.pooled_gate(
         (cache.features(model, s, rows_of[s.name]), rows_of[s.name],
          cache.motion_pieces(s, rows_of[s.name], setting))
         for s in sequences)
     if gate is not None:
-        gate["conventions"] = dict(tracking.gate_settings(gate["gate"]))
+        gate["conventions"] = dict(gates.gate_settings(gate["gate"]))
     return gate

@@ -41,9 +41,8 @@ import numpy as np
 from absl import app, flags, logging
 
 from cosine_metric_learning import appearance, backends
-from cosine_metric_learning import files, formats, metrics, mot_sequences
-from cosine_metric_learning import peers, tracking
-from cosine_metric_learning.datasets import tracklets
+from cosine_metric_learning import files, formats, gates, metrics
+from cosine_metric_learning import mot_sequences, peers, tracking
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags
 from cosine_metric_learning.errors import report_errors
@@ -68,7 +67,7 @@ REFINE_POINTS = 5
 AUTO = "auto"
 # frames between the two boxes of a same-track pair for the ground-truth
 # gate, and the visibility a box needs to be used for it
-GATE_FRAME_GAP = tracklets.GATE_FRAME_GAP
+GATE_FRAME_GAP = gates.GATE_FRAME_GAP
 GATE_MIN_VISIBILITY = 0.5
 DETECTIONS_NPY = files.Kind(
     "a detections file written by this command (a .npy of det.txt rows "
@@ -425,11 +424,11 @@ def format_gates(entry, given, model=None, videos=(), sequences=0):
         lines.append("  self-calibrated gate: none (no tracklet pairs)")
     else:
         lines.append(
-            "  self-calibrated gate " + tracklets.describe_gate(calibrated)
+            "  self-calibrated gate " + gates.describe_gate(calibrated)
             + ("; used, as --max_cosine_distance=auto asks"
                if given == AUTO else ""))
         lines.extend(f"    {tracker}: {setting}" for tracker, setting
-                     in tracking.gate_settings(calibrated["gate"],
+                     in gates.gate_settings(calibrated["gate"],
                                                notes=True))
     if "best" in entry:
         best = entry["best"]["parameters"]

@@ -40,61 +40,6 @@ TRACKER_PARAMETERS = ("max_cosine_distance", "nn_budget", "max_iou_distance",
                       "max_age", "n_init")
 
 
-@dataclasses.dataclass(frozen=True)
-class GateConvention:
-    """How a tracker states a gate on the cosine distance ``1 - a.b`` of
-    unit features (Deep SORT's ``--max_cosine_distance``), read from
-    that tracker's code (``tests/consumers/check_gates.py`` runs each
-    printed setting through the tracker itself).
-
-    ``versions``: the releases whose code it was read from;
-    ``value(g)``: the value of ``setting`` that accepts the distances
-    up to ``g`` and rejects those beyond; ``written``: how the tracker's
-    configuration takes it; ``note``: where the equivalence holds (which
-    stage, what else enters the cost).
-    """
-    tracker: str
-    versions: str
-    setting: str
-    value: object
-    written: str
-    note: str
-
-    def format(self, gate):
-        return self.written.format(setting=self.setting,
-                                   value=f"{self.value(gate):.4g}")
-
-
-GATE_CONVENTIONS = (
-    GateConvention(
-        "Deep SORT", "", "max_cosine_distance", lambda g: g,
-        "--{setting}={value}", "the matching cascade's gate"),
-    GateConvention(
-        "BoxMOT BoT-SORT", "25", "appearance_thresh", lambda g: g,
-        "{setting}={value}",
-        "the full distance in the first association; the unconfirmed "
-        "tracks' stage halves it, accepting up to 2 x the gate"),
-    GateConvention(
-        "BoxMOT StrongSORT", "25", "max_cos_dist", lambda g: g,
-        "{setting}={value}",
-        "it gates 0.98 x distance + 0.02 x motion (mc_lambda): about "
-        "gate / 0.98 at the predicted box"),
-    GateConvention(
-        "Ultralytics BoT-SORT", "8.4", "appearance_thresh",
-        lambda g: 1 - g / 2, "{setting}: {value}",
-        "a similarity of half the distance: 1 - gate / 2"),
-)
-
-
-def gate_settings(gate, notes=False):
-    """The gate ``gate`` as each tracker of :data:`GATE_CONVENTIONS`
-    states it: ``[(tracker, setting)]``, the setting followed by the
-    convention's note in brackets with ``notes``."""
-    return [(" ".join(filter(None, (c.tracker, c.versions))),
-             c.format(gate) + (f" ({c.note})" if notes else ""))
-            for c in GATE_CONVENTIONS]
-
-
 def _is_results_file(path):
     rows = np.loadtxt(path, delimiter=",", ndmin=2)
     return rows.size == 0 or rows.shape[1] == 10

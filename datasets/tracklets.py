@@ -44,7 +44,7 @@ import os
 import numpy as np
 from absl import app, flags, logging
 
-from cosine_metric_learning import files, metrics, mot_sequences, tracking
+from cosine_metric_learning import files, gates, mot_sequences, tracking
 from cosine_metric_learning.datasets import mot as mot_crops
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags, report_errors
@@ -66,16 +66,6 @@ REASONS = collections.OrderedDict([
     ("short", "its piece of tracklet is shorter than --min_length frames"),
     ("stride", "within --frame_stride frames of the piece's previous crop"),
 ])
-# the self-calibrated gate: the share of different-people pairs it
-# accepts, the share of same-tracklet pairs it may cut, and the frames
-# between a tracklet's two boxes of a same pair
-GATE_FALSE_ACCEPT = 0.01
-GATE_FALSE_REJECT = 0.1
-GATE_FRAME_GAP = 10
-# pairs drawn at most, of each kind
-MAX_PAIRS = 200_000
-
-
 def coverage(rows):
     """For each row of ``rows`` (``frame, id, left, top, width, height,
     ...``), the largest share of its box's area that another box of the
@@ -180,111 +170,6 @@ def seen_together(rows, pieces):
               for piece in pieces]
     return [(a + 1, b + 1) for a in range(len(frames))
             for b in range(a + 1, len(frames)) if frames[a] & frames[b]]
-
-
-def pairs(rows, pieces, frame_gap=GATE_FRAME_GAP):
-    """The pairs the gate is calibrated on: ``(same, same_piece, different,
-    different_pieces)``, row indices ``(N, 2)`` of rows of one piece at
-    least ``frame_gap`` frames apart with their piece's number ``(N,)``,
-    and of rows of different pieces in one frame with their pieces'
-    numbers ``(M, 2)``."""
-    same, same_piece, piece_of = [], [], {}
-    for number, piece in enumerate(pieces):
-        index = np.asarray(piece)
-        frames = rows[index, 0]
-        a, b = np.nonzero(frames[None, :] - frames[:, None] >= frame_gap)
-        same.append(np.stack([index[a], index[b]], axis=1))
-        same_piece.append(np.full(len(a), number))
-        piece_of.update((i, number) for i in piece)
-    in_pieces = np.asarray(sorted(piece_of), int)
-    different = []
-    for frame in np.unique(rows[in_pieces, 0]):
-        index = in_pieces[rows[in_pieces, 0] == frame]
-        a, b = np.triu_indices(len(index), 1)
-        different.append(np.stack([index[a], index[b]], axis=1))
-
-    def stacked(parts, shape):
-        return np.concatenate(parts).astype(int) if parts else \
-            np.zeros(shape, int)
-
-    same = stacked(same, (0, 2))
-    different = stacked(different, (0, 2))
-    of = np.vectorize(piece_of.get, otypes=[int])
-    return (same, stacked(same_piece, (0,)), different,
-            of(different) if len(different) else np.zeros((0, 2), int))
-
-
-def pair_distances(features, rows, pieces, frame_gap=GATE_FRAME_GAP,
-                   max_pairs=MAX_PAIRS, seed=0):
-    """``(same, different)``: cosine distances between the unit
-    ``features`` of :func:`pairs`' pairs; at most ``max_pairs`` of each,
-    drawn at random where there are more."""
-    rng = np.random.default_rng(seed)
-    same, _, different, _ = pairs(rows, pieces, frame_gap)
-
-    def distances(chosen):
-        if len(chosen) > max_pairs:
-            chosen = chosen[rng.choice(len(chosen), max_pairs,
-                                       replace=False)]
-        return metrics.pair_cosine_distances(features, chosen)
-
-    return distances(same), distances(different)
-
-
-def self_calibrated_gate(same, different, false_accept=GATE_FALSE_ACCEPT,
-                         false_reject=GATE_FALSE_REJECT):
-    """The gate (a cosine distance) that accepts ``false_accept`` of the
-    ``different`` pairs' distances, raised where that cuts more than
-    ``false_reject`` of the ``same`` pairs to the gate that keeps all but
-    that share of them; and what it does to both kinds.
-
-    Returns
-    -------
-    dict or None
-        ``gate``, ``false_accept`` and ``false_reject`` (the shares of
-        different pairs at or below the gate and of same pairs above it),
-        ``bound`` (which of the two set the gate: ``false accepts`` or
-        ``false rejects``), ``same_pairs``, ``different_pairs``; None
-        without pairs of both kinds.
-    """
-    same, different = np.asarray(same), np.asarray(different)
-    if not len(same) or not len(different):
-        return None
-    gate = float(np.quantile(different, false_accept, method="lower"))
-    bound = "false accepts"
-    if false_reject is not None:
-        # the least distance that at least 1 - false_reject of them reach
-        keeping = float(np.quantile(same, 1.0 - false_reject,
-                                    method="inverted_cdf"))
-        if keeping > gate:
-            gate, bound = keeping, "false rejects"
-    return {"gate": gate,
-            "false_accept": float(np.mean(different <= gate)),
-            "false_reject": float(np.mean(same > gate)),
-            "bound": bound,
-            "same_pairs": int(len(same)),
-            "different_pairs": int(len(different))}
-
-
-def pooled_gate(sequences, false_accept=GATE_FALSE_ACCEPT,
-                false_reject=GATE_FALSE_REJECT):
-    """:func:`self_calibrated_gate` of the pairs of every ``(features,
-    rows, pieces)`` of ``sequences`` together."""
-    same, different = zip(*(pair_distances(features, rows, pieces)
-                            for features, rows, pieces in sequences))
-    return self_calibrated_gate(np.concatenate(same),
-                                np.concatenate(different), false_accept,
-                                false_reject)
-
-
-def describe_gate(gate):
-    """One line of a :func:`self_calibrated_gate`: the value, its pairs,
-    its error rates and which of them set it."""
-    return (f"{gate['gate']:.4g} (from {gate['same_pairs']} same-tracklet "
-            f"and {gate['different_pairs']} same-frame pairs: false accepts "
-            f"{100 * gate['false_accept']:.1f} %, false rejects "
-            f"{100 * gate['false_reject']:.1f} %; set by the "
-            f"{gate['bound']})")
 
 
 def motion_pieces(sequence, rows, parameters=None, **cut):
@@ -417,7 +302,7 @@ def extract_sequences(sequences, output_dir, model="none",
                         motion_pieces(sequence, rows, **cut)))
     gate = None
     if encoder is not None:
-        gate = pooled_gate((features, rows, result[0])
+        gate = gates.pooled_gate((features, rows, result[0])
                            for _, rows, features, result in tracked)
         if gate is None:
             raise UsageError("no tracklet pairs to calibrate the gate on: "
@@ -503,9 +388,9 @@ def format_report(manifest, output_dir):
     gate = manifest.get("gate")
     if gate:
         lines.append(f"self-calibrated gate of {manifest['model']}: "
-                     + describe_gate(gate))
+                     + gates.describe_gate(gate))
         lines.extend(f"  {tracker}: {setting}" for tracker, setting
-                     in tracking.gate_settings(gate["gate"], notes=True))
+                     in gates.gate_settings(gate["gate"], notes=True))
     return "\n".join(lines)
 
 

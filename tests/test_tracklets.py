@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from cosine_metric_learning import gates as gate_lib
 from cosine_metric_learning import metrics, mot_sequences, track, tracking
 from cosine_metric_learning.datasets import image_folder, synthetic
 from cosine_metric_learning.datasets import linking, tracklets
@@ -82,7 +83,7 @@ def test_the_gate_from_known_distributions():
     same = np.array([0.01, 0.02, 0.05, 0.2])
     different = np.array([0.04, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1,
                           1.2])
-    gate = tracklets.self_calibrated_gate(same, different, false_accept=0.1,
+    gate = gate_lib.self_calibrated_gate(same, different, false_accept=0.1,
                                           false_reject=None)
     # one of ten different pairs is at or below 0.04; two of four same
     # pairs lie above it
@@ -91,23 +92,23 @@ def test_the_gate_from_known_distributions():
                     "different_pairs": 10}
     # cutting no more than a quarter of the same pairs raises it to 0.05,
     # which also accepts 0.04
-    gate = tracklets.self_calibrated_gate(same, different, false_accept=0.1,
+    gate = gate_lib.self_calibrated_gate(same, different, false_accept=0.1,
                                           false_reject=0.25)
     assert gate == {"gate": 0.05, "false_accept": 0.1, "false_reject": 0.25,
                     "bound": "false rejects", "same_pairs": 4,
                     "different_pairs": 10}
     # a bound the false accepts already keep leaves the gate
-    assert tracklets.self_calibrated_gate(
+    assert gate_lib.self_calibrated_gate(
         same, different, false_accept=0.2, false_reject=0.25)["gate"] == 0.3
-    assert tracklets.self_calibrated_gate(same, []) is None
+    assert gate_lib.self_calibrated_gate(same, []) is None
     # each tracker's statement of a gate of 0.04, as its code reads it
     # (tests/consumers/check_gates.py runs them through the trackers)
-    assert dict(tracking.gate_settings(0.04)) == {
+    assert dict(gate_lib.gate_settings(0.04)) == {
         "Deep SORT": "--max_cosine_distance=0.04",
         "BoxMOT BoT-SORT 25": "appearance_thresh=0.04",
         "BoxMOT StrongSORT 25": "max_cos_dist=0.04",
         "Ultralytics BoT-SORT 8.4": "appearance_thresh: 0.98"}
-    noted = dict(tracking.gate_settings(0.04, notes=True))
+    noted = dict(gate_lib.gate_settings(0.04, notes=True))
     assert noted["BoxMOT BoT-SORT 25"].startswith("appearance_thresh=0.04 (")
     assert "unconfirmed" in noted["BoxMOT BoT-SORT 25"]
 
@@ -138,7 +139,7 @@ def test_pairs_are_a_pieces_boxes_apart_and_a_frames_boxes():
                       + [_row(f, 100) for f in (1, 12)], float)
     angles = np.array([0.0, 0.1, 0.2, 1.0, 1.5])
     features = np.stack([np.cos(angles), np.sin(angles)], axis=1)
-    same, different = tracklets.pair_distances(
+    same, different = gate_lib.pair_distances(
         features, rows, [[0, 1, 2], [3, 4]], frame_gap=10)
     # same: (1, 12) of the first piece, (1, 12) of the second; different:
     # frame 1 (rows 0, 3) and frame 12 (rows 2, 4)
@@ -232,12 +233,12 @@ def test_tracklets_of_a_crossing_scene_are_one_person_each(scene, trained,
 def _check_bounds(gate):
     """A calibrated gate cuts at most its share of same pairs and, unless
     that share set it, accepts about its share of different pairs."""
-    assert gate["false_reject"] <= tracklets.GATE_FALSE_REJECT
+    assert gate["false_reject"] <= gate_lib.GATE_FALSE_REJECT
     assert gate["bound"] in ("false accepts", "false rejects")
     if gate["bound"] == "false accepts":
-        assert gate["false_accept"] <= 2 * tracklets.GATE_FALSE_ACCEPT
+        assert gate["false_accept"] <= 2 * gate_lib.GATE_FALSE_ACCEPT
     else:
-        assert gate["false_accept"] >= tracklets.GATE_FALSE_ACCEPT
+        assert gate["false_accept"] >= gate_lib.GATE_FALSE_ACCEPT
 
 
 def test_bad_input_to_the_tracklets_is_one_line(scene, tmp_path):
@@ -582,9 +583,9 @@ def test_adapt_refuses_before_the_work_and_leaves_nothing_behind(
             assert f"--{flag}:" in help_text, flag
         assert not out.exists()
     # the help says how the gate is set, as the code sets it
-    assert (f"lets {100 * tracklets.GATE_FALSE_ACCEPT:g} % of the same-frame"
+    assert (f"lets {100 * gate_lib.GATE_FALSE_ACCEPT:g} % of the same-frame"
             in " ".join(help_text.split()))
-    assert (f"cut more than {100 * tracklets.GATE_FALSE_REJECT:g} % of the "
+    assert (f"cut more than {100 * gate_lib.GATE_FALSE_REJECT:g} % of the "
             "same-tracklet pairs" in " ".join(help_text.split()))
 
 

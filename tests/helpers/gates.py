@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from cosine_metric_learning import tracking
+from cosine_metric_learning import gates as gate_lib
 
 DIM = 128
 # distances this much inside and outside a gate: the accepted and the
@@ -35,8 +35,8 @@ def inside_and_outside(gate):
 
 def printed_setting(tracker, gate):
     """``(setting name, value)`` of the line the commands print for
-    ``tracker`` (a key of :func:`tracking.gate_settings`)."""
-    text = dict(tracking.gate_settings(gate))[tracker]
+    ``tracker`` (a key of :func:`gate_lib.gate_settings`)."""
+    text = dict(gate_lib.gate_settings(gate))[tracker]
     match = re.fullmatch(r"(?:--)?(\w+)(?:=|: )([0-9.eE+-]+)", text)
     assert match, text
     return match.group(1), float(match.group(2))

@@ -1,7 +1,8 @@
 """The self-calibrated gate as the commands print it for other trackers
 (``cosine_metric_learning.gates.GATE_CONVENTIONS``), run through each
-tracker's own association: the printed setting must accept a track's detection whose
-cosine distance lies just inside the gate and reject one just outside.
+tracker's own association: the printed setting must accept a track's
+detection whose cosine distance lies just inside the gate and reject one
+just outside.
 BoxMOT and Ultralytics bring PyTorch, so this runs only in the
 consumers' virtualenv (``make test-consumers``)::
 

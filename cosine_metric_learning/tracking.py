@@ -378,8 +378,9 @@ def require_roboflow_trackers():
 def _motion_tracker(class_name):
     """A runner of roboflow's ``trackers.<class_name>`` at its own
     defaults (a frame rate of 30, so its lost-track buffer counts frames):
-    motion alone, the features unused. A track's rows are the detections
-    it was updated with, as Deep SORT's are; ids from 1."""
+    motion alone, the features unused. Its result rows are the boxes of
+    the detections each track took (what the library returns; Deep SORT's
+    are its Kalman states), ids from 1."""
     def run(rows, features, num_frames, matches=None):
         trackers, sv = require_roboflow_trackers()
         tracker = getattr(trackers, class_name)()

@@ -49,6 +49,10 @@ VIDEO_START_KEY = "videoStart"
 # seqinfo.ini's key of the last frame the ground truth annotates, where it
 # ends before the sequence (the frames after it are not scored)
 GT_LAST_FRAME_KEY = "gtLastFrame"
+# a gt.txt without it whose last row leaves more than this share of the
+# frames after it gets a warning (a few last frames without people are
+# common in fully annotated sequences)
+GT_TAIL_SHARE = 0.1
 # 2D MOT 2015's gt.txt: frame, id, left, top, width, height, considered
 # and world coordinates x, y, z; no class and no visibility. It is read as
 # TrackEval's MOT15 benchmark reads it: every box a pedestrian (and, for
@@ -254,8 +258,9 @@ def read_sequence(folder, detections=True):
                          "is a pedestrian, the 7th column says whether it "
                          "is considered", name, gt_path)
         sequence.ground_truth = rows
-        if gt_last is None and len(rows) and \
-                np.max(rows[:, 0]) < num_frames and not _said(folder):
+        if gt_last is None and len(rows) and (
+                num_frames - np.max(rows[:, 0]) > GT_TAIL_SHARE * num_frames
+                ) and not _said(folder):
             logging.warning(
                 "%s: %s ends at frame %d of %d: the frames after it are "
                 "scored as frames without people; if they are not annotated, "

@@ -6,6 +6,7 @@ import configparser
 import glob
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -417,3 +418,21 @@ def test_the_converter_starts_without_tensorflow():
                         env={"TESTS_FORK": "0"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "False"
+
+
+def test_a_ground_truth_ending_a_frame_early_gets_no_warning(
+        scene, tmp_path, caplog):
+    """A fully annotated sequence whose last frame has nobody in it is
+    not a partial annotation: no warning; one whose last tenth and more
+    is bare gets one."""
+    folder, _ = scene
+    gt = np.loadtxt(f"{folder}/gt/gt.txt", delimiter=",")
+    for last, warned in ((39, False), (30, True)):
+        copy = tmp_path / f"GT-{last}"
+        shutil.copytree(folder, copy)
+        np.savetxt(copy / "gt" / "gt.txt", gt[gt[:, 0] <= last],
+                   delimiter=",", fmt="%.6g")
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            mot_sequences.read_sequence(str(copy))
+        assert (f"ends at frame {last} of 40" in caplog.text) == warned

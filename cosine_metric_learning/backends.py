@@ -303,26 +303,28 @@ def _openvino(path, config):
                             f"layout (one float '{OMZ_INPUT_NAME}' input of "
                             f"(N, 3, H, W) BGR crops), found {names}")
     port = compiled.input(0)
-    finish = np.ndarray.copy
-    if omz is not None:  # compared by cosine: made unit, as ours are
-        shape, prepare, finish = (*omz, 3), omz_input, _unit
+    if omz is not None:
+        shape = (*omz, 3)
     else:
         dims = tuple(d.get_length() if d.is_static else None
                      for d in port.get_partial_shape())
         dtype = port.get_element_type().to_string().replace("u8", "uint8")
-        shape, prepare = _check_shape(path, dims[1:], dtype), np.asarray
+        shape = _check_shape(path, dims[1:], dtype)
     output = compiled.output(0)
     feature_dim = int(output.get_partial_shape()[-1].get_length())
     if str(config.get("PERFORMANCE_HINT", "")).upper() == "THROUGHPUT":
-        streams = _openvino_streams(compiled)
-
-        def run(images):
-            return finish(streams(prepare(images)))
+        run = _openvino_streams(compiled)
     else:
         request = compiled.create_infer_request()
 
         def run(images):
-            return finish(request.infer({0: prepare(images)})[output])
+            return request.infer({0: images})[output].copy()
+
+    if omz is not None:  # its crops as it takes them; compared by cosine,
+        infer = run      # its features made unit, as ours are
+
+        def run(images):
+            return _unit(infer(omz_input(images)))
 
     return Backend(run, shape, feature_dim, OPENVINO, compiled)
 

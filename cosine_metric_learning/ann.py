@@ -42,6 +42,8 @@ INDEX_REPORT = files.json_kind({"shards", "feature_dim", "count", "model"},
                                "an index of this command (a JSON object "
                                "with 'shards', 'feature_dim', 'count' and "
                                "'model')")
+
+
 def require_faiss():
     """The faiss module, or one line naming the extra that brings it."""
     try:
@@ -63,7 +65,7 @@ def write_shard(npy_path, features, names, model=None):
         f.write("".join(f"{name}\n" for name in names))
     if model is not None:
         with open(files.model_record_path(npy_path), "w") as f:
-            json.dump({"model": model}, f, indent=1)
+            files.dump_model_record(f, model)
 
 
 def read_names(npy_path):

@@ -20,7 +20,6 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     from cosine_metric_learning import errors as _errors
     _errors.quiet_ctrl_c_while_starting()
 
-import json
 import os
 
 import numpy as np
@@ -95,7 +94,7 @@ def write_features(output, features, names, model=None):
             (npy, lambda f: np.save(f, features), npy_kind, True),
             (names_path, lambda f: f.write(
                 "".join(name + "\n" for name in names)), names_kind, False),
-            (record, lambda f: json.dump({"model": model}, f, indent=1),
+            (record, lambda f: files.dump_model_record(f, model),
              record_kind, False)])
     return [files.write_atomically(output, lambda f: scipy.io.savemat(
         f, {"features": features,

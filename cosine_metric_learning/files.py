@@ -103,6 +103,12 @@ def model_record_path(npy_path):
     return os.path.splitext(npy_path)[0] + ".model.json"
 
 
+def dump_model_record(f, model):
+    """Write a model record (:data:`MODEL_RECORD`) of ``model`` (a
+    ``checkpoints.model_identity``, or None) to the open file ``f``."""
+    json.dump({"model": model}, f, indent=1)
+
+
 def digest(path):
     """SHA-256 of a file's bytes."""
     sha = hashlib.sha256()

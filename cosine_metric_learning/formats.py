@@ -14,7 +14,6 @@ that reading the registry loads no converter.
 
 import dataclasses
 import importlib
-import os
 from typing import Callable, Optional, Tuple, Union
 
 # the runtimes of cosine_metric_learning.backends
@@ -99,11 +98,6 @@ def by_name(name):
     return next(f for f in FORMATS if f.name == name)
 
 
-def by_mode(mode):
-    """The :class:`Format` the export mode ``mode`` (its value) writes."""
-    return next(f for f in FORMATS if f.mode == mode)
-
-
 def exported():
     """The formats the export modes write."""
     return [f for f in FORMATS if f.mode is not None]
@@ -117,11 +111,9 @@ def file_endings():
 
 
 def of_path(path):
-    """The name of the format of the model at ``path``, from its ending or
-    (a folder) the SavedModel in it; ``"checkpoint"`` otherwise."""
-    if os.path.isdir(path) and any(f.extension == "" for f in FORMATS) and \
-            os.path.isfile(os.path.join(path, "saved_model.pb")):
-        return next(f.name for f in FORMATS if f.extension == "")
+    """The name of the format of the model file ``path``, from its ending;
+    ``"checkpoint"`` for any other path (a SavedModel folder is told by
+    its contents: :func:`backends.model_format`)."""
     for f in FORMATS:
         if f.extension and path.lower().endswith(f.extension):
             return f.name

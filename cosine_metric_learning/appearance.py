@@ -32,7 +32,7 @@ NO_APPEARANCE = (MOTION, NONE)
 IDENTITY = "identity"
 IDENTITY_MIN_IOU = 0.5
 # the boxes a model's features are of
-DETECTIONS, GROUND_TRUTH = "detections", "gt"
+DETECTIONS, GROUND_TRUTH = "detections", "ground truth"
 
 
 class FeatureCache:

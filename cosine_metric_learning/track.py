@@ -110,7 +110,7 @@ def ground_truth_gate(sequence, model, cache,
     rows = gt[mot_sequences.considered(gt, classes) & (gt[:, 8] >=
                                                        GATE_MIN_VISIBILITY)]
     features = cache.features(model, sequence, rows[:, :7],
-                              "ground truth")
+                              appearance.GROUND_TRUTH)
     where = {(int(f), int(t)): i for i, (f, t) in enumerate(rows[:, :2])}
     same, different = [], []
     for (frame, track), i in where.items():
@@ -429,7 +429,7 @@ def format_gates(entry, given, model=None, videos=(), sequences=0):
                if given == AUTO else ""))
         lines.extend(f"    {tracker}: {setting}" for tracker, setting
                      in gates.gate_settings(calibrated["gate"],
-                                               notes=True))
+                                            notes=True))
     if "best" in entry:
         best = entry["best"]["parameters"]
         gate = entry.get("ground_truth_gate")

@@ -72,8 +72,8 @@ def compare(gallery, queries, folder, args, exclude_self=False):
     write_shards(os.path.join(folder, "features"), gallery, args.shard_size)
     # synthetic features, or the encoded ones written here again: no model
     report = ann.build(os.path.join(folder, "features"),
-                          os.path.join(folder, "index"), kind=args.codes,
-                          log=lambda _: None, allow_unknown_model=True)
+                       os.path.join(folder, "index"), kind=args.codes,
+                       log=lambda _: None, allow_unknown_model=True)
     k = args.top_k + (1 if exclude_self else 0)
     exact_index = faiss.IndexFlatIP(gallery.shape[1])
     exact_index.add(gallery)

@@ -78,12 +78,12 @@ def main(argv=None):
         rows = []
         for target in TARGETS:
             gate = gates.self_calibrated_gate(same, different, target,
-                                                  None)
+                                              None)
             rows.append((f"false accepts {target:g}", gate["gate"],
                          gate["false_reject"], idf1_at(gate["gate"], scenes)))
         for target in REJECTS:
             gate = gates.self_calibrated_gate(same, different, 0.0,
-                                                  target)
+                                              target)
             rows.append((f"false rejects {target:g}", gate["gate"],
                          gate["false_reject"], idf1_at(gate["gate"], scenes)))
         gate = gates.self_calibrated_gate(same, different)

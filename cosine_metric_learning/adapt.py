@@ -81,8 +81,7 @@ from cosine_metric_learning import appearance, checkpoints
 from cosine_metric_learning import export as export_lib
 from cosine_metric_learning import features as features_lib
 from cosine_metric_learning import files, formats, gates, metrics
-from cosine_metric_learning import mot_sequences
-from cosine_metric_learning import preprocessing
+from cosine_metric_learning import mot_sequences, preprocessing
 from cosine_metric_learning import run_settings, settings, tracking, training
 from cosine_metric_learning import model as model_lib
 from cosine_metric_learning.datasets import image_folder, linking, tracklets
@@ -572,7 +571,7 @@ def format_report(report):
     lines.append("its gate:")
     lines.extend(f"  {tracker}: {setting}"
                  for tracker, setting in gates.gate_settings(gate,
-                                                                notes=True))
+                                                             notes=True))
     if report["export"]:
         lines.append(f"wrote {report['export']}")
     return "\n".join(lines)

@@ -258,15 +258,14 @@ def read_sequence(folder, detections=True):
                          "is a pedestrian, the 7th column says whether it "
                          "is considered", name, gt_path)
         sequence.ground_truth = rows
-        if gt_last is None and len(rows) and (
-                num_frames - np.max(rows[:, 0]) > GT_TAIL_SHARE * num_frames
-                ) and not _said(folder):
+        last = int(np.max(rows[:, 0])) if len(rows) else num_frames
+        if gt_last is None and num_frames - last > \
+                GT_TAIL_SHARE * num_frames and not _said(folder):
             logging.warning(
                 "%s: %s ends at frame %d of %d: the frames after it are "
                 "scored as frames without people; if they are not annotated, "
                 "add %s=%d to seqinfo.ini's [Sequence]", name, gt_path,
-                int(np.max(rows[:, 0])), num_frames, GT_LAST_FRAME_KEY,
-                int(np.max(rows[:, 0])))
+                last, num_frames, GT_LAST_FRAME_KEY, last)
     return sequence
 
 

@@ -99,11 +99,11 @@ def ann_ranking(query, gallery, distances, labels, codes):
         shards = os.path.join(tmp, "features")
         os.makedirs(shards)
         ann.write_shard(os.path.join(shards, "gallery.npy"),
-                           np.asarray(gallery, np.float32),
-                           range(len(gallery)))
+                        np.asarray(gallery, np.float32),
+                        range(len(gallery)))
         report = ann.build(shards, os.path.join(tmp, "index"),
-                              kind=codes, log=lambda _: None,
-                              allow_unknown_model=True)  # this run's own
+                           kind=codes, log=lambda _: None,
+                           allow_unknown_model=True)  # this run's own
         found, ids = ann.Index(os.path.join(tmp, "index")).search(
             np.asarray(query, np.float32), top_k=depth,
             candidates=max(ann.DEFAULTS["candidates"], depth))

@@ -134,8 +134,8 @@ def _parser():
                    "(for --images)")
     q.add_argument("--top_k", type=int, default=ann.DEFAULTS["top_k"])
     q.add_argument("--candidates", type=int,
-                   default=ann.DEFAULTS["candidates"], help="neighbours asked of the index, then ranked by "
-                   "their exact distance")
+                   default=ann.DEFAULTS["candidates"], help="neighbours "
+                   "asked of the index, then ranked by their exact distance")
     q.add_argument("--nprobe", type=int, default=ann.DEFAULTS["nprobe"],
                    help="inverted lists searched per query (default: "
                    f"{100 * ann.NPROBE_SHARE:g} %% of the index's lists, at "
@@ -155,7 +155,7 @@ def run(args):
         if args.nlist is not None:
             _positive("nlist", args.nlist)
         report = ann.build(args.features, args.index, args.nlist, args.codes,
-                       allow_unknown_model=args.allow_unknown_model)
+                           allow_unknown_model=args.allow_unknown_model)
         print(f"indexed {report['count']} features of dimension "
               f"{report['feature_dim']} from {len(report['shards'])} "
               f"shard(s) in {report['build_seconds']:.1f} s: "

@@ -35,7 +35,7 @@ class DatasetSpec:
     # different people, the triplet loss's only negatives (tracklets seen
     # in one frame); None: every other label is a negative
     seen_together: Optional[np.ndarray] = dataclasses.field(default=None,
-                                                       compare=False)
+                                                            compare=False)
 
 
 MARKET1501 = DatasetSpec(

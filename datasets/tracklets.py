@@ -66,6 +66,8 @@ REASONS = collections.OrderedDict([
     ("short", "its piece of tracklet is shorter than --min_length frames"),
     ("stride", "within --frame_stride frames of the piece's previous crop"),
 ])
+
+
 def coverage(rows):
     """For each row of ``rows`` (``frame, id, left, top, width, height,
     ...``), the largest share of its box's area that another box of the
@@ -303,7 +305,7 @@ def extract_sequences(sequences, output_dir, model="none",
     gate = None
     if encoder is not None:
         gate = gates.pooled_gate((features, rows, result[0])
-                           for _, rows, features, result in tracked)
+                                 for _, rows, features, result in tracked)
         if gate is None:
             raise UsageError("no tracklet pairs to calibrate the gate on: "
                              "the sequences are too short or too crowded")

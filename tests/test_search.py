@@ -50,7 +50,7 @@ def gallery(tmp_path_factory):
                      features[rows], [f"p{labels[i]}_{i}.jpg" for i in
                                       range(20000)][rows])
     report = ann.build(str(root / "features"), str(root / "index"),
-                          log=lambda _: None)
+                       log=lambda _: None)
     queries = centres[labels[:200]] + 0.6 * rng.normal(size=(200, 32))
     return root, features, queries.astype(np.float32), report
 
@@ -103,8 +103,8 @@ def test_pq4_codes_keep_features_that_lie_close_together(tmp_path):
     _write_shard(str(tmp_path / "gallery.npy"), gallery,
                  [f"{i}.jpg" for i in range(len(gallery))])
     report = ann.build(str(tmp_path / "gallery.npy"),
-                          str(tmp_path / "index"), kind="pq4",
-                          log=lambda _: None)
+                       str(tmp_path / "index"), kind="pq4",
+                       log=lambda _: None)
     assert report["factory"].endswith(",PQ32x4fsr")
     # half a byte per dimension and 8 bytes of id each (at 32 dimensions
     # the ids weigh more than the codes), lists padded to blocks of 32
@@ -120,7 +120,7 @@ def test_lists_searched_grow_with_the_index():
     from cosine_metric_learning import ann
     # a floor of 96 (all lists where there are fewer), then 5 % of them
     assert [ann.default_nprobe(n) for n in (10, 96, 200, 1920, 2000,
-                                               6325, 65536)] == \
+                                            6325, 65536)] == \
         [10, 96, 96, 96, 100, 317, 3277]
 
 
@@ -140,7 +140,7 @@ def test_query_command_writes_the_kits_layout_and_json(gallery, tmp_path):
                                    for line in lines)
     ranking = json.loads((tmp_path / "rank.json").read_text())
     assert [q["query"] for q in ranking["queries"]] == ["a.jpg", "b.jpg",
-                                                       "c.jpg"]
+                                                        "c.jpg"]
     first = ranking["queries"][0]["results"]
     assert [r["name"] for r in first] == lines[0].split("\t")
     # each distance is the exact cosine distance of the named row
@@ -194,7 +194,7 @@ def test_a_txt_ranking_replaces_only_its_own_and_keeps_spaces(tmp_path):
     names = [f"person {i}.jpg" for i in range(100)]
     _write_shard(str(tmp_path / "g.npy"), features, names)
     ann.build(str(tmp_path / "g.npy"), str(tmp_path / "index"),
-                 log=lambda _: None)
+              log=lambda _: None)
     _write_shard(str(tmp_path / "q.npy"), features[:2], ["q 1", "q 2"])
     theirs = tmp_path / "q.filenames.txt"
     before = theirs.read_text()
@@ -251,24 +251,22 @@ def test_inputs_of_unknown_or_mixed_models_are_refused(gallery, tmp_path):
     root, features, _, _ = gallery
     report = json.loads((root / "index" / "index.json").read_text())
     assert report["model"] == MODEL_A
-    unknown = str(tmp_path / "unknown.npy")
-    _write_shard(unknown, features[:100], [str(i) for i in range(100)],
-                 model=None)
-    result = run_script("-m", "cosine_metric_learning.search", "build",
-                        f"--features={unknown}",
-                        f"--index={tmp_path / 'index'}")
-    one_error_line(result, "--features", unknown, "--allow_unknown_model")
-    assert not os.path.exists(tmp_path / "index")
-    other = str(tmp_path / "other.npy")
-    _write_shard(other, features[:100], [str(i) for i in range(100)],
-                 model=MODEL_B)
-    result = run_script("-m", "cosine_metric_learning.search", "build",
-                        f"--features={root / 'features'},{other}",
-                        f"--index={tmp_path / 'index'}")
-    one_error_line(result, "different models", "/models/a", "/models/b")
+    unknown, other = str(tmp_path / "unknown.npy"), str(tmp_path / "b.npy")
+    for path, model, features_flag, fragments in (
+            (unknown, None, unknown,
+             ("--features", unknown, "--allow_unknown_model")),
+            (other, MODEL_B, f"{root / 'features'},{other}",
+             ("different models", "/models/a", "/models/b"))):
+        _write_shard(path, features[:100], [str(i) for i in range(100)],
+                     model=model)
+        result = run_script("-m", "cosine_metric_learning.search", "build",
+                            f"--features={features_flag}",
+                            f"--index={tmp_path / 'index'}")
+        one_error_line(result, *fragments)
+        assert not os.path.exists(tmp_path / "index")
     report = ann.build(f"{root / 'features'},{unknown}",
-                          str(tmp_path / "index"), log=lambda _: None,
-                          allow_unknown_model=True)
+                       str(tmp_path / "index"), log=lambda _: None,
+                       allow_unknown_model=True)
     assert report["model"] is None  # part of it is of no known model
 
 

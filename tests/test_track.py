@@ -591,7 +591,8 @@ def test_identity_features_follow_the_matched_ground_truth(tmp_path):
         same, np.eye(7, dtype=bool) | np.isin(np.arange(7)[:, None], [0, 3])
         & np.isin(np.arange(7)[None, :], [0, 3]))
     # the ground truth's own rows: their track, the same vectors
-    truth = appearance.identity_features(sequence, gt[:4, :7], detections=False)
+    truth = appearance.identity_features(sequence, gt[:4, :7],
+                                         detections=False)
     np.testing.assert_allclose(truth[[0, 2]], features[[0, 3]], atol=1e-6)
     assert abs(truth[0] @ truth[1]) < 0.5
 

@@ -84,7 +84,7 @@ def test_the_gate_from_known_distributions():
     different = np.array([0.04, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1,
                           1.2])
     gate = gate_lib.self_calibrated_gate(same, different, false_accept=0.1,
-                                          false_reject=None)
+                                         false_reject=None)
     # one of ten different pairs is at or below 0.04; two of four same
     # pairs lie above it
     assert gate == {"gate": 0.04, "false_accept": 0.1, "false_reject": 0.5,
@@ -93,7 +93,7 @@ def test_the_gate_from_known_distributions():
     # cutting no more than a quarter of the same pairs raises it to 0.05,
     # which also accepts 0.04
     gate = gate_lib.self_calibrated_gate(same, different, false_accept=0.1,
-                                          false_reject=0.25)
+                                         false_reject=0.25)
     assert gate == {"gate": 0.05, "false_accept": 0.1, "false_reject": 0.25,
                     "bound": "false rejects", "same_pairs": 4,
                     "different_pairs": 10}
@@ -175,6 +175,7 @@ def _person_of(sequence, row):
     gt = sequence.ground_truth[sequence.ground_truth[:, 0] == row[0]]
     distance = np.abs(gt[:, 2:4] - row[2:4]).sum(axis=1)
     return int(gt[np.argmin(distance), 1])
+
 
 def test_pieces_seen_together_are_those_sharing_a_frame():
     # piece 1 frames 1-3, piece 2 frames 3-4 (shares frame 3), piece 3
@@ -437,6 +438,7 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path,
     # the other model on asking, from the finished run (not trained again)
     keep, source = (("start", trained[0]) if report["kept"] == "adapted"
                     else ("adapted", report["adapted"]))
+
     def measured_again(*_, **__):
         raise AssertionError("a finished run was measured again")
 
@@ -616,7 +618,7 @@ def test_held_out_ranking_and_verdict_against_hand_counts():
     for after, verdict in ((worse, "worse"), (better, "better"),
                            (before, "no clear difference")):
         check = metrics.held_out_check(before, after, same_piece,
-                                     different_pieces, pieces)
+                                       different_pieces, pieces)
         assert check["verdict"] == verdict, check
         assert check["difference"] == pytest.approx(
             metrics.ranking_score(*after) - metrics.ranking_score(*before))
@@ -628,20 +630,20 @@ def test_held_out_ranking_and_verdict_against_hand_counts():
     for shift, gain in ((-0.02, True), (0.02, False)):
         leaning = (before[0] + shift, before[1])
         check = metrics.held_out_check(before, leaning, same_piece,
-                                     different_pieces, pieces)
+                                       different_pieces, pieces)
         assert check["verdict"] == "no clear difference", check
         assert (check["difference"] > 0) == gain
         assert adapt.held_out_gain(check) == gain
     # too few tracklets to say
     few = metrics.held_out_check(before, worse, same_piece % 2,
-                               different_pieces % 2, 2)
+                                 different_pieces % 2, 2)
     assert few["verdict"] == "unchecked" and "2 tracklets" in few["why"]
     assert not adapt.held_out_gain(few)
     # nothing held out (an end of the video without detections)
     empty = (np.zeros(0), np.zeros(0))
     assert metrics.ranking_score([0.1], []) is None
     nothing = metrics.held_out_check(empty, empty, np.zeros(0, int),
-                                   np.zeros((0, 2), int), 0)
+                                     np.zeros((0, 2), int), 0)
     assert nothing["verdict"] == "unchecked" and "0 tracklets" in \
         nothing["why"]
 
@@ -673,7 +675,7 @@ def test_tracklets_are_linked_across_short_gaps_to_their_nearest():
     assert identity.tolist() == [0, 1, 0, 1, 2, 3]
     # a tighter gap and nothing links; with no pair seen together neither
     assert linking.link_tracklets(features, spans, seen_together,
-                                max_gap=1)[1] == []
+                                  max_gap=1)[1] == []
     identity, links, threshold = linking.link_tracklets(
         features, spans, np.zeros((6, 6), bool), max_gap=30)
     assert (identity.tolist(), links, threshold) == (list(range(6)), [], None)

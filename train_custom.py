@@ -22,10 +22,9 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
 
 import dataclasses
 import functools
+from typing import Optional
 
-from absl import flags
-
-from cosine_metric_learning import cli
+from cosine_metric_learning import cli, commands, settings
 from cosine_metric_learning.datasets import image_folder
 from cosine_metric_learning.datasets.spec import DatasetSpec
 
@@ -34,18 +33,19 @@ DATASET = DatasetSpec(
     default_dataset_dir="./data/")
 
 
-def define_flags():
-    cli.define_shape_flag()
-    flags.DEFINE_enum("layout", "auto", list(image_folder.LAYOUTS),
-                      "How identities are laid out in --dataset_dir.")
-    flags.DEFINE_string("camera_regex", None,
-                        "A regex with one group that finds the camera in a "
-                        "file name (identity folders only).")
-    flags.DEFINE_integer("min_frame_gap", image_folder.MIN_FRAME_GAP,
-                         "test: images of the query's identity and camera "
-                         "fewer than this many frames from it are left out "
-                         "(the frame is the last number in a file name); 0 "
-                         "keeps them all.")
+@dataclasses.dataclass
+class CustomConfig:
+    """The flags of this entry point beside the modes' own."""
+    layout: str = commands.setting(
+        "auto", "How identities are laid out in --dataset_dir.",
+        commands.one_of(image_folder.LAYOUTS))
+    camera_regex: Optional[str] = commands.setting(
+        None, "A regex with one group that finds the camera in a file name "
+        "(identity folders only).")
+    min_frame_gap: int = commands.setting(
+        image_folder.MIN_FRAME_GAP, "test: images of the query's identity "
+        "and camera fewer than this many frames from it are left out (the "
+        "frame is the last number in a file name); 0 keeps them all.")
 
 
 def make_dataset(template, values):
@@ -71,4 +71,4 @@ def make_dataset(template, values):
 
 if __name__ == "__main__":
     cli.main(DATASET, make_dataset=make_dataset,
-             extra_flags=define_flags)
+             extra_settings=[settings.ShapeConfig, CustomConfig])

@@ -17,9 +17,9 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     from cosine_metric_learning import errors as _errors
     _errors.quiet_ctrl_c_while_starting()
 
-from cosine_metric_learning import cli
+from cosine_metric_learning import cli, settings
 from cosine_metric_learning.datasets.spec import VERI as DATASET
 
 if __name__ == "__main__":
     cli.main(DATASET, make_dataset=cli.with_image_shape,
-             extra_flags=cli.define_shape_flag)
+             extra_settings=[settings.ShapeConfig])

@@ -75,9 +75,9 @@ import shutil
 
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import app, logging
 
-from cosine_metric_learning import appearance, checkpoints
+from cosine_metric_learning import appearance, checkpoints, commands
 from cosine_metric_learning import export as export_lib
 from cosine_metric_learning import features as features_lib
 from cosine_metric_learning import files, formats, gates, metrics
@@ -87,13 +87,9 @@ from cosine_metric_learning import model as model_lib
 from cosine_metric_learning.datasets import image_folder, linking, tracklets
 from cosine_metric_learning.datasets.spec import DatasetSpec
 from cosine_metric_learning.errors import ArgumentError, UsageError
-from cosine_metric_learning.errors import parse_flags, report_errors
+from cosine_metric_learning.commands import one_of, setting
+from cosine_metric_learning.errors import parse_flags
 
-FLAGS = flags.FLAGS
-FLAG_NAMES = {**tracklets.FLAG_NAMES, "model": "--model",
-              "number_of_steps": "--number_of_steps",
-              "batch_size": "--batch_size", "export": "--export",
-              "holdout": "--holdout", "keep": "--keep"}
 # the fine-tuning: the soft-margin batch-hard triplet loss over the
 # tracklets, only the encoder's last fully-connected layer and what
 # follows it trained, at a tenth of training's learning rate
@@ -579,49 +575,52 @@ def format_report(report):
 
 def main(argv):
     def run():
+        config = commands.values(AdaptConfig)
+        cuts = commands.values(tracklets.CutConfig)
         tracking.require_tracker()
         report = adapt(
-            FLAGS.model, mot_sequences.find_sequences(FLAGS.sequences),
-            FLAGS.output_dir, FLAGS.number_of_steps, FLAGS.batch_size,
-            FLAGS.export, FLAGS.track_min_confidence, FLAGS.holdout,
-            FLAGS.keep,
-            **{name: getattr(FLAGS, name) for name in tracklets.DEFAULTS})
+            config.model, mot_sequences.find_sequences(config.sequences),
+            config.output_dir, config.number_of_steps, config.batch_size,
+            config.export, cuts.track_min_confidence, config.holdout,
+            config.keep, **cuts.cuts)
         if isinstance(report, int):  # training stopped by a signal
             return report
         print(format_report(report))
         return 0
 
-    return report_errors(argv, run, FLAG_NAMES)
+    return commands.run(argv, run, SETTINGS)
 
 
-def define_flags():
-    flags.DEFINE_string("model", None, "The checkpoint or training run to "
-                        "adapt (a TF1 checkpoint too).", required=True)
-    flags.DEFINE_string("sequences", None, "Comma-separated MOTChallenge "
-                        "sequence folders (img1/ and det/det.txt), or "
-                        "parents of them.", required=True)
-    flags.DEFINE_string("output_dir", None, "A new or empty folder for the "
-                        "tracklets, the run, the export and adapt.json (or "
-                        "an earlier run of this command with the same "
-                        "inputs, to continue it).", required=True)
-    flags.DEFINE_integer("number_of_steps", DEFAULT_STEPS,
-                         "Fine-tuning steps.")
-    flags.DEFINE_integer("batch_size", DEFAULT_BATCH_SIZE,
-                         "Fine-tuning batch size.")
-    flags.DEFINE_float("holdout", HOLDOUT, "The share of each sequence's "
-                       "last frames held out of the fine-tuning, to check "
-                       "the adapted model on.")
-    flags.DEFINE_enum("keep", "auto", list(KEEP), "The model to export: "
-                      "auto (the one that ranks the held-out frames' "
-                      "pairs better; the start model where the adapted "
-                      "one is worse or nothing was checked), adapted or "
-                      "start.")
-    flags.DEFINE_enum("export", "freeze", list(EXPORTS), "How to export "
-                      "the adapted encoder (freeze: Deep SORT's .pb).")
-    tracklets.define_cut_flags()
-    flags.adopt_module_key_flags(tracklets)  # listed by --help
+@dataclasses.dataclass
+class AdaptConfig:
+    """The flags of the command beside the tracklets' cuts."""
+    model: str = setting(
+        None, "The checkpoint or training run to adapt (a TF1 checkpoint "
+        "too).", arguments=("path",), required=True)
+    sequences: str = setting(
+        None, "Comma-separated MOTChallenge sequence folders (img1/ and "
+        "det/det.txt), or parents of them.", arguments=("sequence_folders",),
+        required=True)
+    output_dir: str = setting(
+        None, "A new or empty folder for the tracklets, the run, the export "
+        "and adapt.json (or an earlier run of this command with the same "
+        "inputs, to continue it).", required=True)
+    number_of_steps: int = setting(DEFAULT_STEPS, "Fine-tuning steps.")
+    batch_size: int = setting(DEFAULT_BATCH_SIZE, "Fine-tuning batch size.")
+    holdout: float = setting(
+        HOLDOUT, "The share of each sequence's last frames held out of the "
+        "fine-tuning, to check the adapted model on.")
+    keep: str = setting(
+        "auto", "The model to export: auto (the one that ranks the held-out "
+        "frames' pairs better; the start model where the adapted one is "
+        "worse or nothing was checked), adapted or start.", one_of(KEEP))
+    export: str = setting(
+        "freeze", "How to export the adapted encoder (freeze: Deep SORT's "
+        ".pb).", one_of(EXPORTS))
 
+
+SETTINGS = [AdaptConfig, tracklets.CutConfig]
 
 if __name__ == "__main__":
-    define_flags()
+    commands.define(SETTINGS)
     app.run(main, flags_parser=parse_flags)

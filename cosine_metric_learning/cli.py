@@ -5,24 +5,22 @@ errors.
 ``train_custom.py`` describe their dataset with a
 :class:`datasets.spec.DatasetSpec` and call :func:`main`. Every flag is
 derived from a field of the modes' settings classes
-(:mod:`cosine_metric_learning.settings`); each mode is a function of its
-settings object. This module and the encode command are the only
-readers of absl's ``FLAGS``; errors of the library that name an argument
-are shown here with the flag it came from.
+(:mod:`cosine_metric_learning.settings`) by the flag system
+(:mod:`cosine_metric_learning.commands`); each mode is a function of its
+settings object.
 """
 
 import dataclasses
 import enum
 import sys
-import typing
 
 from absl import app, flags
 
-from cosine_metric_learning import checkpoints, deploy, evaluator, export
+from cosine_metric_learning import checkpoints, commands, deploy, evaluator
+from cosine_metric_learning import export
 from cosine_metric_learning import formats, kit_features, protocol
 from cosine_metric_learning import settings, training
 from cosine_metric_learning.errors import UsageError, parse_flags
-from cosine_metric_learning.errors import report_errors
 
 FLAGS = flags.FLAGS
 
@@ -66,73 +64,23 @@ CONFIGS = {Mode.TRAIN: settings.TrainConfig, Mode.EVAL: settings.EvalConfig,
                                                        *EXPORTERS)}}
 
 
-def define_config_flags(config_classes, defaults=None):
-    """Define a flag for every field of the settings classes (each name
-    once: fields shared through a base class are one field)."""
-    defaults = defaults or {}
-    seen = set()
-    for config in config_classes:
-        for field in dataclasses.fields(config):
-            if field.name in seen:
-                continue
-            seen.add(field.name)
-            default = defaults.get(field.name, field.default)
-            if field.name == "log_dir":
-                # absl.logging already defines --log_dir (for log files it
-                # only writes when asked to); the original's flag takes it
-                FLAGS.set_default("log_dir", default)
-                FLAGS["log_dir"].help = field.metadata["help"]
-            else:
-                _define(field, default)
-
-
-def _define(field, default):
-    """Define the flag of a settings field."""
-    name, help_text = field.name, field.metadata["help"]
-    allowed = settings.choices(field)
-    kind = typing.get_args(field.type) or (field.type,)
-    if allowed:
-        flags.DEFINE_enum(name, default, allowed, help_text)
-    elif bool in kind:
-        flags.DEFINE_boolean(name, default, help_text)
-    elif int in kind:
-        flags.DEFINE_integer(name, default, help_text)
-    elif float in kind:
-        flags.DEFINE_float(name, default, help_text)
-    else:
-        flags.DEFINE_string(name, default, help_text)
-
-
 def define_flags(dataset):
     """Define the command-line flags (the original's names and defaults)."""
     flags.DEFINE_enum_class("mode", Mode.TRAIN, Mode, "What to do.")
-    define_config_flags(dict.fromkeys(CONFIGS.values()), {
+    commands.define(dict.fromkeys(CONFIGS.values()), {
         "dataset_dir": dataset.default_dataset_dir,
         "log_dir": f"./output/{dataset.name}/",
         "eval_log_dir": f"./output/{dataset.name}_eval/",
         "sdk_dir": dataset.default_sdk_dir})
 
 
-# the flags the library's arguments come from, for its messages
-FLAG_NAMES = {"path": "--restore_path", "backend": "--backend",
-              "image_shape": "--image_shape", "count":
-              "--calibration_images", "rerank_parameters": "--rerank",
-              "sequences": "--track_sequences", "output": "--output",
-              "prefix": "--output", "layout": "--layout",
-              "min_frame_gap": "--min_frame_gap",
-              "camera_regex": "--camera_regex"}
-
-
 def config_from_flags(config_class):
     """A settings object of ``config_class`` with the values of the
     flags, validated."""
-    values = {field.name: FLAGS[field.name].value
-              for field in dataclasses.fields(config_class)}
-    if config_class is settings.TrainConfig:
-        values["run_id"] = values["run_id"] or training.random_run_id()
-    config = config_class(**values)
-    config.validate()
-    return config
+    fixed = {}
+    if config_class is settings.TrainConfig and not FLAGS.run_id:
+        fixed["run_id"] = training.random_run_id()
+    return commands.values(config_class, **fixed)
 
 
 # The modes: each a function of the dataset, its settings and the input
@@ -229,12 +177,6 @@ def run_mode(dataset, mode, config, image_shape=None):
     return RUNNERS[mode](dataset, config, image_shape)
 
 
-def define_shape_flag():
-    """``--image_shape``, for the entry points whose input size is a
-    choice (``train_custom.py``, ``train_veri.py``)."""
-    define_config_flags([settings.ShapeConfig])
-
-
 def with_image_shape(dataset, values):
     """``dataset`` at the ``--image_shape`` of the parsed flags, if given."""
     if not values.image_shape:
@@ -243,19 +185,16 @@ def with_image_shape(dataset, values):
         dataset, image_shape=settings.parse_image_shape(values.image_shape))
 
 
-def main(dataset, make_dataset=None, extra_flags=None):
+def main(dataset, make_dataset=None, extra_settings=()):
     """Entry point: define flags, parse, run; user errors become one line.
 
     ``make_dataset(dataset, FLAGS)``, if given, completes the dataset from
-    the parsed flags (``train_custom.py``); ``extra_flags()`` defines flags
-    of its own.
+    the parsed flags (``train_custom.py``); ``extra_settings`` are the
+    entry point's own settings classes (their fields are flags too).
     """
-    before = set(FLAGS)
     define_flags(dataset)
-    if extra_flags is not None:
-        extra_flags()
-    for name in set(FLAGS) - before | {"log_dir"}:  # listed by --help
-        FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
+    commands.define(extra_settings)
+    FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS["mode"])
 
     def _main(argv):
         def run():
@@ -266,6 +205,6 @@ def main(dataset, make_dataset=None, extra_flags=None):
             return run_mode(spec, FLAGS.mode, config_from_flags(
                 CONFIGS[FLAGS.mode]), spec.image_shape if given else None)
 
-        return report_errors(argv, run, FLAG_NAMES)
+        return commands.run(argv, run, [*CONFIGS.values(), *extra_settings])
 
     app.run(_main, flags_parser=parse_flags)

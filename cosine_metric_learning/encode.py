@@ -24,14 +24,14 @@ import os
 
 import numpy as np
 import scipy.io
-from absl import app, flags
+from absl import app
 
-from cosine_metric_learning import checkpoints, cli
+from cosine_metric_learning import checkpoints, commands
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import features as features_lib
 from cosine_metric_learning import files, settings
 from cosine_metric_learning.errors import ArgumentError
-from cosine_metric_learning.errors import parse_flags, report_errors
+from cosine_metric_learning.errors import parse_flags
 
 
 FEATURES_MAT = files.mat_kind({"features", "filenames"},
@@ -104,7 +104,7 @@ def write_features(output, features, names, model=None):
 
 def main(argv):
     def run():
-        config = cli.config_from_flags(settings.EncodeConfig)
+        config = commands.values(settings.EncodeConfig)
         check_output(config.output)
         paths = features_lib.list_images(config.images)
         encoder = encoder_lib.load(config.model, config.batch_size,
@@ -115,16 +115,9 @@ def main(argv):
             print(f"wrote {path}")
         return 0
 
-    return report_errors(argv, run, FLAG_NAMES)
-
-
-# the flags the library's arguments come from, for its messages
-FLAG_NAMES = {"path": "--model", "backend": "--backend",
-              "image_shape": "--image_shape", "pattern": "--images",
-              "output": "--output"}
+    return commands.run(argv, run, [settings.EncodeConfig])
 
 
 if __name__ == "__main__":
-    cli.define_config_flags([settings.EncodeConfig])
-    flags.mark_flags_as_required(["model", "images", "output"])
+    commands.define([settings.EncodeConfig])
     app.run(main, flags_parser=parse_flags)

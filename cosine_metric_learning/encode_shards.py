@@ -30,21 +30,24 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     from cosine_metric_learning import errors as _errors
     _errors.quiet_ctrl_c_while_starting()
 
+import dataclasses
 import hashlib
 import json
 import logging as pylogging
 import os
 import time
+from typing import Optional
 
 import numpy as np
-from absl import app, flags, logging
+from absl import app, logging
 
-from cosine_metric_learning import checkpoints, files, preprocessing
+from cosine_metric_learning import checkpoints, commands, files
+from cosine_metric_learning import preprocessing
+from cosine_metric_learning.commands import setting
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
-from cosine_metric_learning.errors import parse_flags, report_errors
+from cosine_metric_learning.errors import parse_flags
 
-FLAGS = flags.FLAGS
 INSTALL_HINT = "pip install '.[distributed]'"
 SHARD = "shard-{:05d}"
 # how often the driver looks for finished shards
@@ -53,10 +56,6 @@ MANIFEST = files.json_kind({"model", "files_sha256", "shard_size",
                             "finished"}, "a manifest of this command (a "
                            "JSON object with 'model', 'files_sha256', "
                            "'shard_size' and 'finished')")
-FLAG_NAMES = {"images": "--images", "output_dir": "--output_dir",
-              "shard_size": "--shard_size", "workers": "--workers",
-              "path": "--model", "batch_size": "--batch_size",
-              "scheduler": "--scheduler"}
 
 
 def require_dask():
@@ -317,35 +316,38 @@ def run(model, images, output_dir, shard_size=10000, workers=2,
 
 def main(argv):
     def go():
-        manifest = run(FLAGS.model, FLAGS.images, FLAGS.output_dir,
-                       FLAGS.shard_size, FLAGS.workers, FLAGS.scheduler,
-                       FLAGS.batch_size, log=print)
+        config = commands.values(ShardsConfig)
+        manifest = run(config.model, config.images, config.output_dir,
+                       config.shard_size, config.workers, config.scheduler,
+                       config.batch_size, log=print)
         print(f"{manifest['rows']} features in "
-              f"{len(manifest['finished'])} shards in {FLAGS.output_dir}"
+              f"{len(manifest['finished'])} shards in {config.output_dir}"
               + (f"; {len(manifest['skipped'])} unreadable files skipped "
                  "(listed in manifest.json)" if manifest["skipped"] else ""))
         return 0
 
-    return report_errors(argv, go, FLAG_NAMES)
+    return commands.run(argv, go, [ShardsConfig])
 
 
-def define_flags():
-    flags.DEFINE_string("model", None, "The model to encode with (anything "
-                        "encode takes).", required=True)
-    flags.DEFINE_string("images", None, "A folder of images (with its "
-                        "subfolders) or a .txt list of files.",
-                        required=True)
-    flags.DEFINE_string("output_dir", None, "A new or empty folder, or an "
-                        "earlier run of this command to continue.",
-                        required=True)
-    flags.DEFINE_integer("shard_size", 10000, "Files per shard (a task).")
-    flags.DEFINE_integer("workers", 2, "Worker processes of the local "
-                         "cluster (without --scheduler).")
-    flags.DEFINE_string("scheduler", None, "A Dask scheduler's address "
-                        "(tcp://host:8786): run on its workers.")
-    flags.DEFINE_integer("batch_size", 64, "Images per encoder call.")
+@dataclasses.dataclass
+class ShardsConfig:
+    """The flags of the command."""
+    model: str = setting(None, "The model to encode with (anything encode "
+                         "takes).", arguments=("path",), required=True)
+    images: str = setting(None, "A folder of images (with its subfolders) "
+                          "or a .txt list of files.", required=True)
+    output_dir: str = setting(None, "A new or empty folder, or an earlier "
+                              "run of this command to continue.",
+                              required=True)
+    shard_size: int = setting(10000, "Files per shard (a task).")
+    workers: int = setting(2, "Worker processes of the local cluster "
+                           "(without --scheduler).")
+    scheduler: Optional[str] = setting(
+        None, "A Dask scheduler's address (tcp://host:8786): run on its "
+        "workers.")
+    batch_size: int = setting(64, "Images per encoder call.")
 
 
 if __name__ == "__main__":
-    define_flags()
+    commands.define([ShardsConfig])
     app.run(main, flags_parser=parse_flags)

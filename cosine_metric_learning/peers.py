@@ -22,6 +22,7 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     from cosine_metric_learning import errors as _errors
     _errors.quiet_ctrl_c_while_starting()
 
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -30,8 +31,9 @@ import tempfile
 import time
 
 import numpy as np
-from absl import app, flags, logging
+from absl import app, logging
 
+from cosine_metric_learning import commands
 from cosine_metric_learning.errors import UsageError
 
 MOBILENET = "mobilenet"
@@ -147,29 +149,33 @@ def embed(embedder, sequence, rows, progress_secs=10.0):
     return features
 
 
-def main(argv):
-    from cosine_metric_learning.errors import report_errors
+@dataclasses.dataclass
+class PeersConfig:
+    """The flags of the command (run in the peers' virtualenv)."""
+    embedder: str = commands.setting(None, "The embedder.",
+                                     commands.one_of(NAMES), required=True)
+    sequence: str = commands.setting(None, "The sequence folder.",
+                                     required=True)
+    rows: str = commands.setting(None, "A .npy of MOT rows (frame, id, "
+                                 "left, top, width, height, ...).",
+                                 required=True)
+    output: str = commands.setting(None, "The features' .npy.",
+                                   required=True)
 
+
+def main(argv):
     def run():
-        embedder = load(FLAGS.embedder)  # PyTorch before TensorFlow
+        config = commands.values(PeersConfig)
+        embedder = load(config.embedder)  # PyTorch before TensorFlow
         from cosine_metric_learning import mot_sequences
-        sequence = mot_sequences.read_sequence(FLAGS.sequence)
-        features = embed(embedder, sequence, np.load(FLAGS.rows))
-        np.save(FLAGS.output, features)
+        sequence = mot_sequences.read_sequence(config.sequence)
+        features = embed(embedder, sequence, np.load(config.rows))
+        np.save(config.output, features)
         return 0
 
-    return report_errors(argv, run, {})
+    return commands.run(argv, run, [PeersConfig])
 
-
-FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    flags.DEFINE_enum("embedder", None, list(NAMES), "The embedder.",
-                      required=True)
-    flags.DEFINE_string("sequence", None, "The sequence folder.",
-                        required=True)
-    flags.DEFINE_string("rows", None, "A .npy of MOT rows (frame, id, "
-                        "left, top, width, height, ...).", required=True)
-    flags.DEFINE_string("output", None, "The features' .npy.",
-                        required=True)
+    commands.define([PeersConfig])
     app.run(main)

@@ -41,12 +41,15 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     from cosine_metric_learning import errors as _errors
     _errors.quiet_ctrl_c_while_starting()
 
+import dataclasses
 import json
 import sys
+from typing import Optional
 
 import numpy as np
 
 from cosine_metric_learning import ann, files
+from cosine_metric_learning.commands import Validated, one_of, setting
 from cosine_metric_learning.errors import ArgumentError
 
 RANKING_JSON = files.json_kind({"index", "queries"}, "a ranking written by "
@@ -96,122 +99,136 @@ def check_ranking_output(output):
 
 # Command line ---------------------------------------------------------------
 
-def _parser():
-    import argparse
-    parser = argparse.ArgumentParser(
-        prog="python -m cosine_metric_learning.search",
-        description=__doc__.split("\n\n")[0])
-    parser.add_argument("--helpfull", action="help", help="show this help "
-                        "(as the other commands take it) and exit")
-    commands = parser.add_subparsers(dest="command", required=True)
-    b = commands.add_parser("build", help="index feature shards")
-    b.add_argument("--helpfull", action="help", help="show this help "
-                   "(as the other commands take it) and exit")
-    b.add_argument("--features", required=True, help="comma-separated .npy "
-                   "feature files (with their .filenames.txt) or folders "
-                   "of them")
-    b.add_argument("--index", required=True, help="a new or empty folder "
-                   "(or an earlier index, replaced)")
-    b.add_argument("--nlist", type=int, default=None, help="inverted lists "
-                   "(default: about 2 sqrt(N))")
-    b.add_argument("--codes", default="sq8", choices=ann.CODES,
-                   help="sq8: a byte per dimension; pq4: 4 bits per "
-                   "dimension, faster to scan, coarser")
-    b.add_argument("--allow_unknown_model", action="store_true",
-                   help="index feature files with no record of the model "
-                   "that encoded them (their queries go unchecked)")
-    q = commands.add_parser("query", help="rank the index's gallery for "
-                            "query images or features")
-    q.add_argument("--helpfull", action="help", help="show this help "
-                   "(as the other commands take it) and exit")
-    q.add_argument("--index", required=True)
-    what = q.add_mutually_exclusive_group(required=True)
-    what.add_argument("--images", help="a folder or glob of query images "
-                      "(with --model)")
-    what.add_argument("--query_features", help="a .npy of query features "
-                      "(with its .filenames.txt, as encode writes it)")
-    q.add_argument("--model", help="the model that encoded the gallery "
-                   "(for --images)")
-    q.add_argument("--top_k", type=int, default=ann.DEFAULTS["top_k"])
-    q.add_argument("--candidates", type=int,
-                   default=ann.DEFAULTS["candidates"], help="neighbours "
-                   "asked of the index, then ranked by their exact distance")
-    q.add_argument("--nprobe", type=int, default=ann.DEFAULTS["nprobe"],
-                   help="inverted lists searched per query (default: "
-                   f"{100 * ann.NPROBE_SHARE:g} %% of the index's lists, at "
-                   f"least {ann.NPROBE_FLOOR})")
-    q.add_argument("--output", required=True, help=".json, or .txt (a "
-                   "line per query of gallery file names, tab-separated)")
-    return parser
+def _optional_count(value):
+    return None if value is None or value >= 1 else "expected at least 1"
 
 
-def _positive(name, value):
-    if value < 1:
-        raise ArgumentError(name, value, "expected at least 1")
+@dataclasses.dataclass
+class BuildConfig(Validated):
+    """``search build``: index feature shards."""
+    features: str = setting(
+        None, "Comma-separated .npy feature files (with their "
+        ".filenames.txt) or folders of them.", arguments=("pattern",),
+        required=True)
+    index: str = setting(None, "A new or empty folder (or an earlier index, "
+                         "replaced).", required=True)
+    nlist: Optional[int] = setting(
+        None, "Inverted lists (default: about 2 sqrt(N)).", _optional_count)
+    codes: str = setting(
+        "sq8", "sq8: a byte per dimension; pq4: 4 bits per dimension, "
+        "faster to scan, coarser.", one_of(ann.CODES))
+    allow_unknown_model: bool = setting(
+        False, "Index feature files with no record of the model that "
+        "encoded them (their queries go unchecked).")
 
 
-def run(args):
-    if args.command == "build":
-        if args.nlist is not None:
-            _positive("nlist", args.nlist)
-        report = ann.build(args.features, args.index, args.nlist, args.codes,
-                           allow_unknown_model=args.allow_unknown_model)
-        print(f"indexed {report['count']} features of dimension "
-              f"{report['feature_dim']} from {len(report['shards'])} "
-              f"shard(s) in {report['build_seconds']:.1f} s: "
-              f"{report['factory']}, {report['index_bytes'] / 1e6:.1f} MB "
-              f"(the float32 features: "
-              f"{4 * report['count'] * report['feature_dim'] / 1e6:.1f} MB)")
-        print(f"wrote {args.index}")
-        return 0
-    for name in ("top_k", "candidates", "nprobe"):
-        if getattr(args, name) is not None:
-            _positive(name, getattr(args, name))
-    check_ranking_output(args.output)
-    index = ann.Index(args.index)
-    if args.images is not None:
-        if args.model is None:
+@dataclasses.dataclass
+class QueryConfig(Validated):
+    """``search query``: rank the index's gallery for query images or
+    features."""
+    index: str = setting(None, "The index folder (search build's).",
+                         required=True)
+    images: Optional[str] = setting(
+        None, "A folder or glob of query images (with --model; or "
+        "--query_features).", arguments=("pattern",))
+    query_features: Optional[str] = setting(
+        None, "A .npy of query features (with its .filenames.txt, as encode "
+        "writes it; or --images).", arguments=("query",))
+    model: Optional[str] = setting(
+        None, "The model that encoded the gallery (for --images).",
+        arguments=("path",))
+    top_k: int = setting(ann.DEFAULTS["top_k"], "Gallery entries kept per "
+                         "query.", _optional_count)
+    candidates: Optional[int] = setting(
+        ann.DEFAULTS["candidates"], "Neighbours asked of the index, then "
+        "ranked by their exact distance.", _optional_count)
+    nprobe: Optional[int] = setting(
+        ann.DEFAULTS["nprobe"], "Inverted lists searched per query "
+        f"(default: {100 * ann.NPROBE_SHARE:g} % of the index's lists, at "
+        f"least {ann.NPROBE_FLOOR}).", _optional_count)
+    output: str = setting(
+        None, ".json, or .txt (a line per query of gallery file names, "
+        "tab-separated).", required=True)
+
+
+SUBCOMMANDS = {"build": BuildConfig, "query": QueryConfig}
+
+
+def build(config):
+    report = ann.build(config.features, config.index, config.nlist,
+                       config.codes,
+                       allow_unknown_model=config.allow_unknown_model)
+    print(f"indexed {report['count']} features of dimension "
+          f"{report['feature_dim']} from {len(report['shards'])} "
+          f"shard(s) in {report['build_seconds']:.1f} s: "
+          f"{report['factory']}, {report['index_bytes'] / 1e6:.1f} MB "
+          f"(the float32 features: "
+          f"{4 * report['count'] * report['feature_dim'] / 1e6:.1f} MB)")
+    print(f"wrote {config.index}")
+    return 0
+
+
+def query(config):
+    if (config.images is None) == (config.query_features is None):
+        raise ArgumentError("images", config.images, "give query images "
+                            "(--images, with --model) or --query_features, "
+                            "one of them")
+    check_ranking_output(config.output)
+    index = ann.Index(config.index)
+    if config.images is not None:
+        if config.model is None:
             raise ArgumentError("model", None, "--images needs the --model "
                                 "that encoded the gallery")
         from cosine_metric_learning import encoder as encoder_lib
         from cosine_metric_learning import features as features_lib
         from cosine_metric_learning import checkpoints
-        identity = checkpoints.model_identity(args.model)
+        identity = checkpoints.model_identity(config.model)
         if index.model is not None:  # before the encoding
             index.check_query(np.zeros((0, index.dim), np.float32), identity)
         else:
-            print(f"warning: the index {args.index} records no model (built "
-                  "with --allow_unknown_model): the queries are not checked "
-                  "against the gallery's model", file=sys.stderr)
-        names = features_lib.list_images(args.images)
-        encoder = encoder_lib.load(args.model)
+            print(f"warning: the index {config.index} records no model "
+                  "(built with --allow_unknown_model): the queries are not "
+                  "checked against the gallery's model", file=sys.stderr)
+        names = features_lib.list_images(config.images)
+        encoder = encoder_lib.load(config.model)
         queries = features_lib.encode_files(encoder, names)
         index.check_query(queries, identity)
     else:
-        ann.check_shard(args.query_features)
-        queries = np.load(args.query_features)
-        names = ann.read_names(args.query_features)
+        ann.check_shard(config.query_features)
+        queries = np.load(config.query_features)
+        names = ann.read_names(config.query_features)
         index.check_query(queries)
-    distances, ids = index.search(queries, args.top_k, args.candidates,
-                                  args.nprobe)
-    print(f"wrote {write_ranking(args.output, index, names, distances, ids)}"
-          f" ({len(names)} queries, top {args.top_k})")
+    distances, ids = index.search(queries, config.top_k, config.candidates,
+                                  config.nprobe)
+    written = write_ranking(config.output, index, names, distances, ids)
+    print(f"wrote {written} ({len(names)} queries, top {config.top_k})")
     return 0
 
 
-def main(argv=None):
-    from cosine_metric_learning.errors import report_errors
-    args = _parser().parse_args(argv)
-    flag_names = {"features": "--features", "index": "--index",
-                  "query": "--query_features", "model": "--model",
-                  "output": "--output", "top_k": "--top_k",
-                  "candidates": "--candidates", "nprobe": "--nprobe",
-                  "nlist": "--nlist", "codes": "--codes",
-                  "allow_unknown_model": "--allow_unknown_model",
-                  "pattern": "--images",
-                  "path": "--model"}
-    return report_errors([sys.argv[0]], lambda: run(args), flag_names)
+def subcommand(argv):
+    """The subcommand the command line names (its first argument), and
+    the command line without it; one line and exit status 2 without
+    one."""
+    if len(argv) < 2 or argv[1] not in SUBCOMMANDS:
+        given = f"'{argv[1]}'" if len(argv) > 1 else "nothing"
+        print(f"error: expected a subcommand, build or query, before the "
+              f"flags, got {given}: python -m cosine_metric_learning.search "
+              "build|query --helpfull lists each one's flags",
+              file=sys.stderr)
+        sys.exit(2)
+    return argv[1], argv[:1] + argv[2:]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from absl import app
+
+    from cosine_metric_learning import commands
+    from cosine_metric_learning.errors import parse_flags
+
+    name, args = subcommand(sys.argv)
+    config_class = SUBCOMMANDS[name]
+    commands.define([config_class])
+    runner = {"build": build, "query": query}[name]
+    app.run(lambda argv: commands.run(
+        argv, lambda: runner(commands.values(config_class)), [config_class]),
+        argv=args, flags_parser=parse_flags)

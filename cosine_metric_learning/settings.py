@@ -6,7 +6,7 @@ exports) and :class:`EncodeConfig` (the encode command); what several
 share is a base class (:class:`Config`, :class:`BackendConfig`,
 :class:`ShapeConfig`), so each setting is one field. A field carries its
 help text and its check in its metadata; the command-line flags are
-derived from the fields (``cli.py``), and ``validate()`` runs every
+derived from the fields (``commands.py``), and ``validate()`` runs every
 field's check.
 """
 
@@ -19,6 +19,8 @@ from cosine_metric_learning import export, formats
 from cosine_metric_learning import image_cache, kit_features, losses
 from cosine_metric_learning import queued_trainer
 from cosine_metric_learning import rerank as rerank_lib
+from cosine_metric_learning.commands import Validated, choices, one_of
+from cosine_metric_learning.commands import setting
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.model import IMPRINT_IMAGES
 from cosine_metric_learning.model import MIXED_PRECISION_POLICIES, Tricks
@@ -47,14 +49,6 @@ def _in_unit_interval(value):
     return None if 0.0 <= value <= 1.0 else "expected a number in [0, 1]"
 
 
-def _one_of(choices):
-    def check(value):
-        return None if value in choices else \
-            f"expected one of {', '.join(choices)}"
-    check.choices = list(choices)
-    return check
-
-
 def _optional(check, unset):
     def optional(value):
         if value is None:
@@ -64,36 +58,14 @@ def _optional(check, unset):
     return optional
 
 
-def setting(default, help, check=None):
-    """A config field with its flag help and its check."""
-    return dataclasses.field(default=default,
-                             metadata={"help": help, "check": check})
-
-
 def recipe_setting(help, check=None):
     """A setting whose default is the ``--recipe``'s (:data:`RECIPES`)."""
     return setting(None, f"{help} (default: the recipe's).",
                    check and _optional(check, "for the recipe's"))
 
 
-def choices(field):
-    """The allowed values of an enum setting, else None."""
-    return getattr(field.metadata.get("check"), "choices", None)
-
-
-class _Validated:
-    def validate(self):
-        """Raise a UsageError naming the first setting out of range."""
-        for field in dataclasses.fields(self):
-            check = field.metadata.get("check")
-            value = getattr(self, field.name)
-            problem = check(value) if check else None
-            if problem:
-                raise UsageError(f"--{field.name}={value}: {problem}")
-
-
 @dataclasses.dataclass
-class BatchConfig(_Validated):
+class BatchConfig(Validated):
     """The batch: of training, or of a forward pass."""
     batch_size: int = setting(
         128, "Images per training batch; the other modes and the encode "
@@ -117,7 +89,8 @@ class Config(BatchConfig):
         f"{', '.join(f.mode for f in formats.exported())}: the "
         "checkpoint or run folder to export (default: the latest of "
         "--run_id). Every mode also takes Deep SORT's published model: "
-        "mars-small128.ckpt-68577 (its TF1 checkpoint) or mars-small128.pb.")
+        "mars-small128.ckpt-68577 (its TF1 checkpoint) or mars-small128.pb.",
+        arguments=("path",))
 
     @property
     def run_dir(self):
@@ -137,7 +110,7 @@ class Config(BatchConfig):
 class RunConfig(Config):
     """Settings training and the evaluator share."""
     loss_mode: str = setting("cosine-softmax", "The loss to train with.",
-                             _one_of(losses.LOSS_MODES))
+                             one_of(losses.LOSS_MODES))
     number_of_steps: Optional[int] = setting(
         None, "Stop at this global step; unset trains forever.",
         _optional(_at_least_1, "to train until stopped"))
@@ -170,7 +143,7 @@ class TrainConfig(RunConfig):
         "(none of the tricks), strong (the batch-hard triplet loss added to "
         "the cosine-softmax's, the best combination measured; see "
         "docs/training.md).",
-        _one_of(RECIPES))
+        one_of(RECIPES))
     initial_logit_scale: Optional[float] = recipe_setting(
         "cosine-softmax: the classifier's logit scale, softplus(scale), "
         "before training; 0.6931 (softplus(0)) is the original's, which "
@@ -234,11 +207,11 @@ class TrainConfig(RunConfig):
     mixed_precision: str = setting(
         "none", "Compute in bfloat16 or float16 (with loss scaling); "
         "weights, features and losses stay float32.",
-        _one_of(MIXED_PRECISION_POLICIES))
+        one_of(MIXED_PRECISION_POLICIES))
     strategy: str = setting(
         "none", "Train on several devices (mirrored) or machines "
         "(multi_worker, configured by TF_CONFIG).",
-        _one_of(distribute.STRATEGIES))
+        one_of(distribute.STRATEGIES))
     devices: Optional[str] = setting(
         None, "mirrored: comma-separated devices, e.g. /gpu:0,/gpu:1; "
         "default: all GPUs (else the CPU).")
@@ -282,7 +255,7 @@ class EvalConfig(RunConfig):
         None, "eval: also track these MOTChallenge sequences (comma-"
         "separated folders, or parents of them) with each checkpoint, at "
         "Deep SORT's defaults, and write HOTA, IDF1 and ID switches beside "
-        "the CMC (needs the track extra).")
+        "the CMC (needs the track extra).", arguments=("sequences",))
     eval_timeout_secs: Optional[float] = setting(
         None, "eval: stop when no new checkpoint appeared for this long "
         "(with --number_of_steps: also stop once that step is evaluated).",
@@ -290,7 +263,7 @@ class EvalConfig(RunConfig):
 
 
 @dataclasses.dataclass
-class ShapeConfig(_Validated):
+class ShapeConfig(Validated):
     """The network's input size (``train_custom.py``, the encode command;
     the datasets of the other entry points have theirs)."""
     image_shape: Optional[str] = setting(
@@ -307,7 +280,7 @@ class ShapeConfig(_Validated):
 
 
 @dataclasses.dataclass
-class BackendConfig(_Validated):
+class BackendConfig(Validated):
     """The runtime an exported model runs on."""
     backend: str = setting(
         "auto", "test, export, encode: the runtime of an exported model: "
@@ -317,7 +290,7 @@ class BackendConfig(_Validated):
         "runtimes that open it (" + "; ".join(
             f"{f.what}: {', '.join(f.runtimes)}" for f in formats.FORMATS
             if len(f.runtimes) > 1) + ").",
-        _one_of(backends.NAMES))
+        one_of(backends.NAMES))
 
 
 @dataclasses.dataclass
@@ -333,7 +306,8 @@ class TestConfig(BackendConfig, Config):
         "this PNG file.")
     rerank: bool = setting(
         False, "test: also report the numbers after k-reciprocal "
-        "re-ranking (Zhong et al., 2017).")
+        "re-ranking (Zhong et al., 2017).",
+        arguments=("rerank_parameters",))
     rerank_k1: int = setting(
         rerank_lib.K1, "test --rerank: k1, the size of the k-reciprocal "
         "neighbour lists.")
@@ -348,7 +322,7 @@ class TestConfig(BackendConfig, Config):
         "of the gallery (faiss, the search extra; sq8 or pq4 codes, as "
         "search build makes it): its numbers beside the exact ones, and "
         "the recall of its top 1 and 10 against exact ranking.",
-        _optional(_one_of(ann.CODES), "for exact ranking alone"))
+        _optional(one_of(ann.CODES), "for exact ranking alone"))
 
     @property
     def rerank_parameters(self):
@@ -365,13 +339,13 @@ class ExportConfig(BackendConfig, Config):
         "kit", "export: kit (the official kits' feature files) or "
         "pytorch_result (one .mat as PyTorch re-id evaluation scripts read "
         "it, to --output, default <dataset>_pytorch_result.mat).",
-        _one_of(kit_features.FORMATS))
+        one_of(kit_features.FORMATS))
     sdk_dir: Optional[str] = setting(
         None, "export --format=kit: the official evaluation kit's folder "
         "(Market-1501), where its feature files go.")
     output: Optional[str] = setting(
         None, "export --format=pytorch_result: the .mat file; "
-        f"{formats.export_outputs()}.")
+        f"{formats.export_outputs()}.", arguments=("prefix",))
     int8: bool = setting(
         False, f"{', '.join(f.mode for f in formats.exported() if f.int8)}"
         ": quantise to int8 (" + ", ".join(
@@ -380,13 +354,14 @@ class ExportConfig(BackendConfig, Config):
         f"(default output {formats.int8_outputs()}).")
     calibration_images: int = setting(
         deploy.DEFAULT_CALIBRATION_IMAGES, "--int8: how many training images to "
-        "calibrate on (spread evenly over the set).", _at_least_1)
+        "calibrate on (spread evenly over the set).", _at_least_1,
+        arguments=("count",))
     export_layout: str = setting(
         export.DEFAULT_LAYOUT, f"{formats.layout_modes()}: the model's "
         "input: default (uint8 BGR crops, NHWC) or boxmot (BoxMOT's float32 "
         "NCHW of ImageNet-normalised RGB, with <output>.metadata.json "
         "giving BoxMOT the input size; default output "
-        "<dataset>_boxmot.<extension>).", _one_of(export.LAYOUTS))
+        "<dataset>_boxmot.<extension>).", one_of(export.LAYOUTS))
 
 
 @dataclasses.dataclass
@@ -394,13 +369,16 @@ class EncodeConfig(BackendConfig, ShapeConfig, BatchConfig):
     """The encode command (``python -m cosine_metric_learning.encode``)."""
     model: str = setting(
         None, f"The model: {formats.describe()}.",
-        lambda value: None if value else "expected a model")
+        lambda value: None if value else "expected a model",
+        arguments=("path",), required=True)
     images: str = setting(
         None, "A folder or a glob of image files.",
-        lambda value: None if value else "expected a folder or a glob")
+        lambda value: None if value else "expected a folder or a glob",
+        arguments=("pattern",), required=True)
     output: str = setting(
         None, "features.npy or features.mat.",
-        lambda value: None if value else "expected a .npy or .mat file name")
+        lambda value: None if value else "expected a .npy or .mat file name",
+        required=True)
 
 
 # the largest input: training memory grows with the pixels (a batch of

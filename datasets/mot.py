@@ -34,6 +34,7 @@ this command with nothing added to it.
 """
 
 import collections
+import dataclasses
 import json
 import math
 import os
@@ -41,12 +42,13 @@ import re
 import time
 
 import numpy as np
-from absl import app, flags, logging
+from absl import app, logging
 from PIL import Image
 
-from cosine_metric_learning import files, mot_sequences
+from cosine_metric_learning import commands, files, mot_sequences
+from cosine_metric_learning.commands import setting
 from cosine_metric_learning.errors import ArgumentError, UsageError
-from cosine_metric_learning.errors import parse_flags, report_errors
+from cosine_metric_learning.errors import parse_flags
 
 NUM_COLUMNS = mot_sequences.NUM_GT_COLUMNS
 DEFAULTS = {"classes": mot_sequences.PEDESTRIANS, "min_visibility": 0.25,
@@ -338,49 +340,44 @@ def check_filters(min_visibility, min_height, frame_stride, classes=None):
 
 def main(argv):
     def run():
+        config = commands.values(MotConfig)
         manifest = convert(
-            mot_sequences.find_sequences(FLAGS.sequences), FLAGS.output_dir,
-            classes=mot_sequences.parse_classes(FLAGS.classes),
-            min_visibility=FLAGS.min_visibility,
-            min_height=FLAGS.min_height, frame_stride=FLAGS.frame_stride)
-        print(format_report(manifest, FLAGS.output_dir))
+            mot_sequences.find_sequences(config.sequences), config.output_dir,
+            classes=mot_sequences.parse_classes(config.classes),
+            min_visibility=config.min_visibility,
+            min_height=config.min_height, frame_stride=config.frame_stride)
+        print(format_report(manifest, config.output_dir))
         return 0
 
-    return report_errors(argv, run, FLAG_NAMES)
+    return commands.run(argv, run, [MotConfig])
 
 
-FLAGS = flags.FLAGS
-# the command's flags for convert()'s arguments
-FLAG_NAMES = {"sequences": "--sequences", "sequence_folders": "--sequences",
-              "output_dir": "--output_dir",
-              "classes": "--classes", "min_visibility": "--min_visibility",
-              "min_height": "--min_height", "frame_stride": "--frame_stride"}
-
-
-def define_flags():
-    flags.DEFINE_string("sequences", None, "Comma-separated MOTChallenge "
-                        "sequence folders (img1/ and gt/gt.txt), or parents "
-                        "of them.", required=True)
-    flags.DEFINE_string("output_dir", None, "Where the identity folders go "
-                        "(a new or empty folder, or an earlier output).",
-                        required=True)
-    flags.DEFINE_string("classes", ",".join(map(str, DEFAULTS["classes"])),
-                        "Classes to keep (gt.txt's 8th column, "
-                        "comma-separated; MOT17: 1 is a pedestrian; CVAT: "
-                        "the line of the label in labels.txt), or all.")
-    flags.DEFINE_float("min_visibility", DEFAULTS["min_visibility"],
-                       "Drop boxes less visible than this (gt.txt's 9th "
-                       "column).")
-    flags.DEFINE_integer("min_height", DEFAULTS["min_height"],
-                         "Drop boxes shorter than this many pixels inside "
-                         "the frame (the network's input is 128 tall).")
-    flags.DEFINE_integer("frame_stride", DEFAULTS["frame_stride"],
-                         "Keep a track's box only when this many frames "
-                         "passed since its previous kept one (neighbouring "
-                         "frames are near duplicates; 5 to 10 at 30 frames "
-                         "per second).")
+@dataclasses.dataclass
+class MotConfig:
+    """The flags of the command."""
+    sequences: str = setting(
+        None, "Comma-separated MOTChallenge sequence folders (img1/ and "
+        "gt/gt.txt), or parents of them.", arguments=("sequence_folders",),
+        required=True)
+    output_dir: str = setting(
+        None, "Where the identity folders go (a new or empty folder, or an "
+        "earlier output).", required=True)
+    classes: str = setting(
+        ",".join(map(str, DEFAULTS["classes"])), "Classes to keep (gt.txt's "
+        "8th column, comma-separated; MOT17: 1 is a pedestrian; CVAT: the "
+        "line of the label in labels.txt), or all.")
+    min_visibility: float = setting(
+        DEFAULTS["min_visibility"],
+        "Drop boxes less visible than this (gt.txt's 9th column).")
+    min_height: int = setting(
+        DEFAULTS["min_height"], "Drop boxes shorter than this many pixels "
+        "inside the frame (the network's input is 128 tall).")
+    frame_stride: int = setting(
+        DEFAULTS["frame_stride"], "Keep a track's box only when this many "
+        "frames passed since its previous kept one (neighbouring frames are "
+        "near duplicates; 5 to 10 at 30 frames per second).")
 
 
 if __name__ == "__main__":
-    define_flags()
+    commands.define([MotConfig])
     app.run(main, flags_parser=parse_flags)

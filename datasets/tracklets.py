@@ -37,17 +37,20 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     _errors.quiet_ctrl_c_while_starting()
 
 import collections
+import dataclasses
 import json
 import math
 import os
 
 import numpy as np
-from absl import app, flags, logging
+from absl import app, logging
 
-from cosine_metric_learning import files, gates, mot_sequences, tracking
+from cosine_metric_learning import commands, files, gates, mot_sequences
+from cosine_metric_learning import tracking
+from cosine_metric_learning.commands import setting
 from cosine_metric_learning.datasets import mot as mot_crops
 from cosine_metric_learning.errors import ArgumentError, UsageError
-from cosine_metric_learning.errors import parse_flags, report_errors
+from cosine_metric_learning.errors import parse_flags
 
 DEFAULTS = {"min_confidence": 0.5, "max_overlap": 0.1, "min_length": 8,
             "frame_stride": 2, "min_height": 32}
@@ -398,57 +401,64 @@ def format_report(manifest, output_dir):
 
 def main(argv):
     def run():
+        config = commands.values(TrackletsConfig)
+        cuts = commands.values(CutConfig)
         tracking.require_tracker()
         manifest = extract(
-            mot_sequences.find_sequences(FLAGS.sequences), FLAGS.output_dir,
-            FLAGS.model, FLAGS.track_min_confidence,
-            **{name: getattr(FLAGS, name) for name in DEFAULTS})
-        print(format_report(manifest, FLAGS.output_dir))
+            mot_sequences.find_sequences(config.sequences), config.output_dir,
+            config.model, cuts.track_min_confidence, **cuts.cuts)
+        print(format_report(manifest, config.output_dir))
         return 0
 
-    return report_errors(argv, run, FLAG_NAMES)
+    return commands.run(argv, run, [TrackletsConfig, CutConfig])
 
 
-FLAGS = flags.FLAGS
-FLAG_NAMES = {"sequences": "--sequences", "sequence_folders": "--sequences",
-              "output_dir": "--output_dir", "path": "--model",
-              "track_min_confidence": "--track_min_confidence",
-              **{name: f"--{name}" for name in DEFAULTS}}
-
-
-def define_flags():
-    flags.DEFINE_string("sequences", None, "Comma-separated MOTChallenge "
-                        "sequence folders (img1/ and det/det.txt), or "
-                        "parents of them.", required=True)
-    flags.DEFINE_string("model", "none", "Track with this model's features "
-                        "at its self-calibrated gate (anything "
-                        "encoder.load opens), or none: motion alone.")
-    flags.DEFINE_string("output_dir", None, "Where the identity folders go "
-                        "(a new or empty folder, or an earlier output).",
-                        required=True)
-    define_cut_flags()
-
-
-def define_cut_flags():
+@dataclasses.dataclass
+class CutConfig:
     """The thresholds applied to the detections: the tracker's and the
-    cuts' (``adapt`` passes them through)."""
-    flags.DEFINE_float("track_min_confidence", TRACK_MIN_CONFIDENCE,
-                       "Track only detections scored at or above this "
-                       "(Deep SORT's --min_confidence; the log says each "
-                       "sequence's score range).")
-    flags.DEFINE_float("min_confidence", DEFAULTS["min_confidence"],
-                       "Cut a tracklet at a detection below this.")
-    flags.DEFINE_float("max_overlap", DEFAULTS["max_overlap"], "Cut a "
-                       "tracklet where another box of the frame covers more "
-                       "than this share of its box.")
-    flags.DEFINE_integer("min_length", DEFAULTS["min_length"], "Drop pieces "
-                         "of tracklets shorter than this many frames.")
-    flags.DEFINE_integer("frame_stride", DEFAULTS["frame_stride"], "Keep a "
-                         "crop every this many frames of a piece.")
-    flags.DEFINE_integer("min_height", DEFAULTS["min_height"], "Drop boxes "
-                         "shorter than this many pixels inside the frame.")
+    cuts' (``adapt`` takes them too)."""
+    track_min_confidence: float = setting(
+        TRACK_MIN_CONFIDENCE, "Track only detections scored at or above "
+        "this (Deep SORT's --min_confidence; the log says each sequence's "
+        "score range).")
+    min_confidence: float = setting(
+        DEFAULTS["min_confidence"],
+        "Cut a tracklet at a detection below this.")
+    max_overlap: float = setting(
+        DEFAULTS["max_overlap"], "Cut a tracklet where another box of the "
+        "frame covers more than this share of its box.")
+    min_length: int = setting(
+        DEFAULTS["min_length"],
+        "Drop pieces of tracklets shorter than this many frames.")
+    frame_stride: int = setting(
+        DEFAULTS["frame_stride"],
+        "Keep a crop every this many frames of a piece.")
+    min_height: int = setting(
+        DEFAULTS["min_height"],
+        "Drop boxes shorter than this many pixels inside the frame.")
+
+    @property
+    def cuts(self):
+        """The cuts' thresholds as :func:`extract` takes them."""
+        return {name: getattr(self, name) for name in DEFAULTS}
+
+
+@dataclasses.dataclass
+class TrackletsConfig:
+    """The flags of the command beside :class:`CutConfig`."""
+    sequences: str = setting(
+        None, "Comma-separated MOTChallenge sequence folders (img1/ and "
+        "det/det.txt), or parents of them.", arguments=("sequence_folders",),
+        required=True)
+    model: str = setting(
+        "none", "Track with this model's features at its self-calibrated "
+        "gate (anything encoder.load opens), or none: motion alone.",
+        arguments=("path",))
+    output_dir: str = setting(
+        None, "Where the identity folders go (a new or empty folder, or an "
+        "earlier output).", required=True)
 
 
 if __name__ == "__main__":
-    define_flags()
+    commands.define([TrackletsConfig, CutConfig])
     app.run(main, flags_parser=parse_flags)

@@ -46,16 +46,19 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
     _errors.quiet_ctrl_c_while_starting()
 
 import configparser
+import dataclasses
 import math
 import os
 import time
+from typing import Optional
 
 import numpy as np
-from absl import app, flags, logging
+from absl import app, logging
 
-from cosine_metric_learning import files, mot_sequences
+from cosine_metric_learning import commands, files, mot_sequences
+from cosine_metric_learning.commands import one_of, setting
 from cosine_metric_learning.errors import ArgumentError, UsageError
-from cosine_metric_learning.errors import parse_flags, report_errors
+from cosine_metric_learning.errors import parse_flags
 
 FRAMES = ("video", "jpg")
 # marks the seqinfo.ini this command writes, and records whether it wrote
@@ -371,63 +374,62 @@ def _write_jpegs(video, first, last, folder, progress_secs=10.0):
 
 def main(argv):
     def run():
+        config = commands.values(VideoConfig)
         info = write_sequence(
-            FLAGS.video, FLAGS.detections, FLAGS.output_dir, FLAGS.gt,
-            FLAGS.name, FLAGS.frame_rate, FLAGS.frames, FLAGS.first_frame,
-            FLAGS.last_frame, FLAGS.gt_last_frame, log=print,
-            detector=FLAGS.detector,
-            detector_min_confidence=FLAGS.detector_min_confidence)
-        print(f"wrote {FLAGS.output_dir}: {info['name']}, "
+            config.video, config.detections, config.output_dir, config.gt,
+            config.name, config.frame_rate, config.frames, config.first_frame,
+            config.last_frame, config.gt_last_frame, log=print,
+            detector=config.detector,
+            detector_min_confidence=config.detector_min_confidence)
+        print(f"wrote {config.output_dir}: {info['name']}, "
               f"{info['seqLength']} frames of {info['imWidth']}x"
               f"{info['imHeight']} at {info['frameRate']} frames/s, "
               + ("frames decoded from " + info[mot_sequences.VIDEO_KEY]
-                 if FLAGS.frames == "video" else "frames in img1/"))
+                 if config.frames == "video" else "frames in img1/"))
         return 0
 
-    return report_errors(argv, run, FLAG_NAMES)
+    return commands.run(argv, run, [VideoConfig])
 
 
-FLAGS = flags.FLAGS
-FLAG_NAMES = {name: f"--{name}" for name in (
-    "video", "detections", "gt", "output_dir", "frame_rate", "frames",
-    "first_frame", "last_frame", "gt_last_frame", "name", "detector",
-    "detector_min_confidence")}
-
-
-def define_flags():
-    flags.DEFINE_string("video", None, "The video file (anything OpenCV "
-                        "decodes: .avi, .mp4, .mkv, ...).", required=True)
-    flags.DEFINE_string("detections", None, "Its detections, as "
-                        "MOTChallenge's det.txt (frame from 1, -1, left, "
-                        "top, width, height, confidence); or --detector.")
-    flags.DEFINE_string("detector", None, "Instead of --detections: an "
-                        "OpenVINO IR of a pedestrian detector in Open Model "
-                        "Zoo's SSD layout (pedestrian-detection-adas-0002) "
-                        "to find the boxes in the frames.")
-    flags.DEFINE_float("detector_min_confidence", None, "--detector: the "
-                       "boxes kept, this confidence and above (default "
-                       "0.3, as Deep SORT's application keeps).")
-    flags.DEFINE_string("gt", None, "Its ground truth, as MOTChallenge's "
-                        "gt.txt (9 columns, or 2D MOT 2015's 10), if any.")
-    flags.DEFINE_string("output_dir", None, "The sequence folder to write "
-                        "(new, empty, or an earlier output).",
-                        required=True)
-    flags.DEFINE_string("name", None, "The sequence's name (default: the "
-                        "folder's).")
-    flags.DEFINE_float("frame_rate", None, "Frames per second, where the "
-                       "video's header is wrong (default: the header's).")
-    flags.DEFINE_enum("frames", "video", list(FRAMES), "video: the frames "
-                      "stay in the video, decoded when needed; jpg: also "
-                      "written to img1/.")
-    flags.DEFINE_integer("first_frame", 1, "The video frame (from 1) that "
-                         "is the sequence's frame 1.")
-    flags.DEFINE_integer("last_frame", None, "The video frame the sequence "
-                         "ends at (default: the video's last).")
-    flags.DEFINE_integer("gt_last_frame", None, "The last video frame the "
-                         "ground truth annotates (default: its last row's); "
-                         "later frames are not scored.")
+@dataclasses.dataclass
+class VideoConfig:
+    """The flags of the command."""
+    video: str = setting(None, "The video file (anything OpenCV decodes: "
+                         ".avi, .mp4, .mkv, ...).", required=True)
+    detections: Optional[str] = setting(
+        None, "Its detections, as MOTChallenge's det.txt (frame from 1, -1, "
+        "left, top, width, height, confidence); or --detector.")
+    detector: Optional[str] = setting(
+        None, "Instead of --detections: an OpenVINO IR of a pedestrian "
+        "detector in Open Model Zoo's SSD layout "
+        "(pedestrian-detection-adas-0002) to find the boxes in the frames.")
+    detector_min_confidence: Optional[float] = setting(
+        None, "--detector: the boxes kept, this confidence and above "
+        "(default 0.3, as Deep SORT's application keeps).")
+    gt: Optional[str] = setting(
+        None, "Its ground truth, as MOTChallenge's gt.txt (9 columns, or 2D "
+        "MOT 2015's 10), if any.")
+    output_dir: str = setting(
+        None, "The sequence folder to write (new, empty, or an earlier "
+        "output).", required=True)
+    name: Optional[str] = setting(
+        None, "The sequence's name (default: the folder's).")
+    frame_rate: Optional[float] = setting(
+        None, "Frames per second, where the video's header is wrong "
+        "(default: the header's).")
+    frames: str = setting(
+        "video", "video: the frames stay in the video, decoded when needed; "
+        "jpg: also written to img1/.", one_of(FRAMES))
+    first_frame: int = setting(
+        1, "The video frame (from 1) that is the sequence's frame 1.")
+    last_frame: Optional[int] = setting(
+        None, "The video frame the sequence ends at (default: the video's "
+        "last).")
+    gt_last_frame: Optional[int] = setting(
+        None, "The last video frame the ground truth annotates (default: "
+        "its last row's); later frames are not scored.")
 
 
 if __name__ == "__main__":
-    define_flags()
+    commands.define([VideoConfig])
     app.run(main, flags_parser=parse_flags)

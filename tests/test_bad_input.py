@@ -17,7 +17,7 @@ from PIL import Image
 
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import checkpoints, cli, deploy, encode, features
-from cosine_metric_learning import evaluator, export
+from cosine_metric_learning import commands, evaluator, export
 from cosine_metric_learning import files, protocol, settings, training
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.datasets import synthetic
@@ -587,7 +587,7 @@ def test_the_library_names_its_arguments_and_the_command_its_flags(
     with pytest.raises(UsageError) as error:
         protocol.run_test(MARKET, missing, market_dir,
                           rerank_parameters=(0, 6, 0.3))
-    assert error.value.for_flags(cli.FLAG_NAMES).startswith(
+    assert error.value.for_flags(commands.flag_names(cli.CONFIGS.values())).startswith(
         "--rerank: k1=0, k2=6, lambda=0.3: expected k1 >= 1")
     assert str(error.value).startswith("rerank_parameters=(0, 6, 0.3): k1=0")
 

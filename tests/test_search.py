@@ -172,11 +172,17 @@ def test_bad_input_is_one_line(gallery, tmp_path):
                         f"--index={tmp_path / 'mine'}")
     one_error_line(result, "refusing to write into", "notes.txt")
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
-    # --helpfull, as every other command takes it, prints the flags
-    for command in ("build", "query"):
+    # --helpfull, as every other command takes it (absl's), prints the
+    # subcommand's flags; no subcommand is one line
+    for command, other in (("build", "--query_features:"),
+                           ("query", "--nlist:")):
         result = run_script("-m", "cosine_metric_learning.search", command,
                             "--helpfull")
-        assert result.returncode == 0 and "--index" in result.stdout
+        assert "  --index:" in result.stdout
+        assert other not in result.stdout
+    one_error_line(run_script("-m", "cosine_metric_learning.search",
+                              "--index=x"),
+                   "expected a subcommand", "'--index=x'")
 
 
 def _query(index, query, output, *args):

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from cosine_metric_learning import gates as gate_lib
-from cosine_metric_learning import metrics, mot_sequences, track, tracking
+from cosine_metric_learning import commands, metrics, mot_sequences, track
+from cosine_metric_learning import tracking
 from cosine_metric_learning.datasets import image_folder, synthetic
 from cosine_metric_learning.datasets import linking, tracklets
 from cosine_metric_learning.errors import ArgumentError, UsageError
@@ -534,7 +535,7 @@ def test_adapt_refuses_before_the_work_and_leaves_nothing_behind(
     (tmp_path / "a_file").write_text("mine")
     with pytest.raises(ArgumentError) as error:
         adapt.adapt(trained[0], [scene], str(tmp_path / "a_file"))
-    assert error.value.for_flags(adapt.FLAG_NAMES) == (
+    assert error.value.for_flags(commands.flag_names(adapt.SETTINGS)) == (
         f"--output_dir={tmp_path / 'a_file'}: it is a file; expected a new "
         "or empty folder, or an earlier output of this command")
     assert (tmp_path / "a_file").read_text() == "mine"

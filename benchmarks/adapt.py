@@ -50,9 +50,9 @@ def main(argv=None):
     parser.add_argument("--frames", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=100)
     args = parser.parse_args(argv)
-    from cosine_metric_learning.datasets import synthetic
+    from cosine_metric_learning.datasets import synthetic_mot
     tmp = tempfile.mkdtemp(prefix="adapt_benchmark.")
-    sequence = synthetic.write_mot_sequence(tmp, num_pairs=5,
+    sequence = synthetic_mot.write_mot_sequence(tmp, num_pairs=5,
                                             num_frames=args.frames, seed=41)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
            "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH",

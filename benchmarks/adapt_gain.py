@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 from cosine_metric_learning import adapt, mot_sequences, track
-from cosine_metric_learning.datasets import synthetic
+from cosine_metric_learning.datasets import synthetic_mot
 
 
 def main(argv=None):
@@ -31,7 +31,7 @@ def main(argv=None):
     parser.add_argument("--look_alike", type=float, default=40.0)
     parser.add_argument("--unlabeled", default="5:215:21,5:215:22,5:215:23",
                         help="pairs:frames:seed of each unlabeled scene")
-    parser.add_argument("--held_out", default=synthetic.HELD_OUT_SCENES,
+    parser.add_argument("--held_out", default=synthetic_mot.HELD_OUT_SCENES,
                         help="pairs:frames:seed of each held-out scene "
                         "(scored together)")
     parser.add_argument("--steps", type=int, default=300)
@@ -40,15 +40,15 @@ def main(argv=None):
     args = parser.parse_args(argv)
     for flag in ("unlabeled", "held_out"):
         try:
-            synthetic.parse_scenes(getattr(args, flag))
+            synthetic_mot.parse_scenes(getattr(args, flag))
         except ValueError as e:
             parser.error(f"--{flag}: {e}")
     tmp = tempfile.mkdtemp(prefix="adapt_gain.")
-    unlabeled = synthetic.write_mot_scenes(
+    unlabeled = synthetic_mot.write_mot_scenes(
         os.path.join(tmp, "unlabeled"), args.unlabeled, args.look_alike,
         "UNLABELED")
     # the held-out scenes' seeds draw other people (seeds differ)
-    held_out = synthetic.write_mot_scenes(
+    held_out = synthetic_mot.write_mot_scenes(
         os.path.join(tmp, "held_out"), args.held_out, args.look_alike,
         "HELD-OUT")
     report = adapt.adapt(args.model, unlabeled, os.path.join(tmp, "adapted"),

@@ -13,7 +13,7 @@ import sys
 import time
 
 from cosine_metric_learning import detector as detector_lib
-from cosine_metric_learning import mot_sequences
+from cosine_metric_learning import frame_io
 
 
 def main(argv=None):
@@ -34,7 +34,7 @@ def main(argv=None):
     paths = [p for p in args.detector.split(",") if p]
     detectors = [detector_lib.Detector(p, args.min_confidence)
                  for p in paths]
-    frames = [frame for _, frame in mot_sequences.video_frames(
+    frames = [frame for _, frame in frame_io.video_frames(
         args.video, range(1, args.frames + 1))]
     seconds = [0.0] * len(detectors)
     boxes = [0] * len(detectors)

@@ -24,7 +24,7 @@ import numpy as np
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import gates, metrics, mot_sequences, track
 from cosine_metric_learning import tracking
-from cosine_metric_learning.datasets import synthetic, tracklets
+from cosine_metric_learning.datasets import synthetic_mot, tracklets
 
 TARGETS = (0.001, 0.003, 0.01, 0.03, 0.1)
 REJECTS = (0.05, 0.1, 0.2)
@@ -55,11 +55,11 @@ def main(argv=None):
     parser.add_argument("--output_json", default=None)
     args = parser.parse_args(argv)
     try:
-        synthetic.parse_scenes(args.scenes)
+        synthetic_mot.parse_scenes(args.scenes)
     except ValueError as e:
         parser.error(f"--scenes: {e}")
     sequences = [mot_sequences.read_sequence(s)
-                 for s in synthetic.write_mot_scenes(
+                 for s in synthetic_mot.write_mot_scenes(
         tempfile.mkdtemp(prefix="gate_scenes."), args.scenes,
         args.look_alike, "CROSS")]
     table = {}

@@ -44,7 +44,7 @@ import real_video  # noqa: E402  (this folder's)
 
 from cosine_metric_learning import mot_sequences, protocol, settings, track
 from cosine_metric_learning import training
-from cosine_metric_learning.datasets import synthetic
+from cosine_metric_learning.datasets import synthetic, synthetic_mot
 from cosine_metric_learning.datasets.spec import MARKET1501
 
 # Luo et al.'s tricks and CosFace's margin, at the values measured, with
@@ -148,7 +148,7 @@ def main(argv=None):
                         help="the synthetic set's identities in pairs whose "
                         "colours differ by about this much (0-255): a "
                         "harder set; 0 draws them independently")
-    parser.add_argument("--scenes", default=synthetic.HELD_OUT_SCENES,
+    parser.add_argument("--scenes", default=synthetic_mot.HELD_OUT_SCENES,
                         help="pairs:frames:seed of each synthetic crossing "
                         "scene of unseen people (look-alike pairs with "
                         "--look_alike) tracked with each model; none: no "
@@ -168,7 +168,7 @@ def main(argv=None):
                      "--dataset_dir")
     if args.scenes != "none":
         try:
-            synthetic.parse_scenes(args.scenes)
+            synthetic_mot.parse_scenes(args.scenes)
         except ValueError as e:
             parser.error(f"--scenes: {e}")
     chosen = args.runs.split(",")
@@ -185,7 +185,7 @@ def main(argv=None):
         if args.scenes != "none":
             tracking = tracking_of(
                 [mot_sequences.read_sequence(s)
-                 for s in synthetic.write_mot_scenes(
+                 for s in synthetic_mot.write_mot_scenes(
                     os.path.join(tmp, "scenes"), args.scenes,
                     args.look_alike)], os.path.join(tmp, "tracking"))
             metrics, motion = METRICS + TRACKING, tracking(track.NONE)

@@ -36,8 +36,8 @@ from PIL import Image
 
 from cosine_metric_learning import checkpoints, deploy
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import mot_sequences, tracking
-from cosine_metric_learning.datasets import synthetic
+from cosine_metric_learning import frame_io, mot_sequences, tracking
+from cosine_metric_learning.datasets import synthetic_people
 from cosine_metric_learning.nets.deep_sort import network_definition
 from tests.reference import spread_kernels
 
@@ -49,8 +49,8 @@ def write_sequence(folder, frames, seed=0):
     random sizes, and their boxes as ``det/det.txt``. Returns crops of
     people to calibrate int8 on."""
     rng = np.random.default_rng(seed)
-    cameras = synthetic._cameras(seed)
-    people = [synthetic._identity(rng) for _ in range(60)]
+    cameras = synthetic_people.cameras(seed)
+    people = [synthetic_people.identity(rng) for _ in range(60)]
     os.makedirs(os.path.join(folder, "img1"))
     os.makedirs(os.path.join(folder, "det"))
     rows, calibration = [], []
@@ -63,7 +63,7 @@ def write_sequence(folder, frames, seed=0):
             w = h // 2
             x = int(rng.uniform(0, WIDTH - w))
             y = int(rng.uniform(0, HEIGHT - h))
-            person = synthetic.render(people[(frame + k) % len(people)],
+            person = synthetic_people.render(people[(frame + k) % len(people)],
                                       cameras[k % 6], rng)
             image[y:y + h, x:x + w] = np.asarray(
                 Image.fromarray(person).resize((w, h)))
@@ -88,7 +88,7 @@ def steps(loaded, sequence, rows):
     times = {"decode": [], "cut": [], "network": []}
     for frame in np.unique(rows[:, 0]).astype(int):
         start = time.perf_counter()
-        image = mot_sequences.read_frame(sequence.frame_paths[frame - 1])
+        image = frame_io.read_frame(sequence.frame_paths[frame - 1])
         times["decode"].append(time.perf_counter() - start)
         boxes = rows[rows[:, 0] == frame, 2:6]
         start = time.perf_counter()

@@ -71,24 +71,23 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
 import dataclasses
 import json
 import os
-import shutil
 
 import numpy as np
 import tensorflow as tf
 from absl import app, logging
 
-from cosine_metric_learning import appearance, checkpoints, commands
+from cosine_metric_learning import adapt_report, appearance, checkpoints
+from cosine_metric_learning import commands
 from cosine_metric_learning import export as export_lib
 from cosine_metric_learning import features as features_lib
-from cosine_metric_learning import files, formats, gates, metrics
+from cosine_metric_learning import formats, gates, metrics
 from cosine_metric_learning import mot_sequences, preprocessing
 from cosine_metric_learning import run_settings, settings, tracking, training
 from cosine_metric_learning import model as model_lib
 from cosine_metric_learning.datasets import image_folder, linking, tracklets
 from cosine_metric_learning.datasets.spec import DatasetSpec
-from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.commands import one_of, setting
-from cosine_metric_learning.errors import parse_flags
+from cosine_metric_learning.errors import ArgumentError, parse_flags
 
 # the fine-tuning: the soft-margin batch-hard triplet loss over the
 # tracklets, only the encoder's last fully-connected layer and what
@@ -109,7 +108,7 @@ KEEP = ("auto", "adapted", "start")
 EXPORTS = {**{f.mode: (f, f"adapted{f.extension}")
               for f in formats.exported() if f.extension},
            "none": (None, None)}
-REPORT_NAME = "adapt.json"
+REPORT_NAME = adapt_report.REPORT_NAME
 # the model it started from, its batch-norm statistics re-estimated on
 # the tracklets: what the fine-tuning starts from
 STATISTICS = "statistics"
@@ -130,11 +129,6 @@ OWN = {"tracklets", STATISTICS, "run", REPORT_NAME,
 # the settings that shape a run: a rerun continues it only with the same
 SETTINGS = ("number_of_steps", "batch_size", "track_min_confidence",
             "holdout", *tracklets.DEFAULTS)
-REPORT = files.json_kind({"model", "checkpoint", "sequences", "settings",
-                          "before", "after"},
-                         "a report of this command (a JSON object with "
-                         "'model', 'checkpoint', 'sequences', 'settings', "
-                         "'before' and 'after')")
 
 
 __doc__ = __doc__.format(  # the numbers as the code sets them
@@ -143,90 +137,6 @@ __doc__ = __doc__.format(  # the numbers as the code sets them
     statistics_images=f"{STATISTICS_IMAGES:,}",
     link_max_gap=linking.LINK_MAX_GAP,
     link_false_accept=f"{100 * linking.LINK_FALSE_ACCEPT:g} %")
-
-
-def _digest(path):
-    """The SHA-256 of a file's bytes, or None where it does not exist."""
-    return files.digest(path) if os.path.isfile(path) else None
-
-
-def _inputs(model, prefix, sequences, settings):
-    """What a run is made of, as ``adapt.json`` records it: the model (the
-    checkpoint it resolved to, and a digest of its index), the sequences
-    (their folders and ``det.txt`` digests) and the settings."""
-    prefix = os.path.abspath(prefix)
-    return {"model": model, "checkpoint": {
-        "path": prefix, "index_sha256": _digest(prefix + ".index")},
-        "sequences": [{"name": s.name, "path": os.path.realpath(s.path),
-                       "detections_sha256": _digest(os.path.join(
-                           s.path, "det", "det.txt"))} for s in sequences],
-        "settings": settings, "method": METHOD}
-
-
-def _earlier_run(output_dir):
-    """The inputs ``adapt.json`` records of the run in ``output_dir``; None
-    for a new or empty folder; UsageError for anything else (a file, a
-    folder holding what this command did not write)."""
-    if os.path.lexists(output_dir) and not os.path.isdir(output_dir):
-        raise ArgumentError("output_dir", output_dir, "it is a file; "
-                            "expected a new or empty folder, or an "
-                            "earlier output of this command")
-    if not os.path.isdir(output_dir):
-        files.check_writable(os.path.dirname(os.path.abspath(output_dir)),
-                             output_dir)
-        return None
-    names = sorted(os.listdir(output_dir))
-    if not names:
-        return None
-    extra = [n for n in names if n not in OWN]
-    if extra or REPORT_NAME not in names:
-        what = (f"{extra[0]}, which this command did not write" if extra
-                else f"{names[0]} but no {REPORT_NAME}, so it is not a run "
-                "of this command")
-        raise UsageError(f"refusing to write into {output_dir}: it holds "
-                         f"{what}; choose a new or empty --output_dir")
-    path = os.path.join(output_dir, REPORT_NAME)
-    files.check_output(path, REPORT)
-    with open(path) as f:
-        return json.load(f)
-
-
-def _check_same(output_dir, recorded, current):
-    """UsageError naming the first input of ``current`` that differs from
-    the run ``recorded`` in ``output_dir``: that run is not continued."""
-    def refuse(what):
-        raise UsageError(f"refusing to continue the run in {output_dir}: "
-                         f"{what}; give a new --output_dir for a new run")
-
-    was, now = recorded["checkpoint"], current["checkpoint"]
-    if was["path"] != now["path"]:
-        refuse(f"it adapts {was['path']}, not --model={current['model']}"
-               + (f" ({now['path']})" if now["path"] != current["model"]
-                  else ""))
-    if was["index_sha256"] != now["index_sha256"]:
-        refuse(f"the checkpoint {now['path']} has changed since it "
-               "began")
-    was = [(s["name"], s["path"]) for s in recorded["sequences"]]
-    now = [(s["name"], s["path"]) for s in current["sequences"]]
-    if was != now:
-        refuse("it adapts on " + ", ".join(p for _, p in was)
-               + ", not on " + ", ".join(p for _, p in now))
-    for old, new in zip(recorded["sequences"], current["sequences"]):
-        if old["detections_sha256"] != new["detections_sha256"]:
-            refuse(f"the detections of {new['name']} (det/det.txt) have "
-                   "changed since it began")
-    for name in SETTINGS:
-        old, new = recorded["settings"].get(name), current["settings"][name]
-        if old != new:
-            refuse(f"it ran with --{name}={old}, not --{name}={new}")
-    method = recorded.get("method")
-    if method != current["method"]:
-        changed = sorted(k for k in current["method"]
-                         if (method or {}).get(k) != current["method"][k])
-        refuse("an earlier release made it, fine-tuning otherwise ("
-               + ", ".join(f"{k}: {(method or {}).get(k)} then, "
-                           f"{current['method'][k]} now" for k in changed)
-               + ")")
 
 
 def _numbers(path, sequences, rows_of, scored, cache):
@@ -377,7 +287,7 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
     tracklets.check_cut(**cut)
     tracklets.check_track_min_confidence(track_min_confidence)
     # every input checked before the work, the output folder first
-    recorded = _earlier_run(output_dir)
+    recorded = adapt_report.earlier_run(output_dir, OWN)
     encoder, prefix = checkpoints.load_encoder(model)
     shape = tuple(encoder.input_shape[1:])
     sequences = tracklets.read_checked(sequence_folders,
@@ -390,12 +300,12 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
     split = [split_in_time(s, holdout) for s in sequences]
     training_parts = [train for train, _, _ in split]
     held_parts = [held for _, held, _ in split]
-    inputs = _inputs(model, prefix, sequences, {
+    inputs = adapt_report.inputs(model, prefix, sequences, METHOD, {
         "number_of_steps": number_of_steps, "batch_size": batch_size,
         "track_min_confidence": track_min_confidence, "holdout": holdout,
         **cut, "export": export})
     if recorded is not None:
-        _check_same(output_dir, recorded, inputs)
+        adapt_report.check_same(output_dir, recorded, inputs, SETTINGS)
     folder = os.path.join(output_dir, "tracklets")
     config = settings.TrainConfig(
         dataset_dir=folder, log_dir=output_dir, run_id="run",
@@ -416,7 +326,7 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
     created = not os.path.isdir(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     if recorded is None:  # what a rerun compares itself with
-        _write_report(report_path, {**inputs, "before": None,
+        adapt_report.write_report(report_path, {**inputs, "before": None,
                                     "after": None})
     try:
         if not os.path.isfile(os.path.join(folder, "manifest.json")):
@@ -431,7 +341,7 @@ def adapt(model, sequence_folders, output_dir, number_of_steps=DEFAULT_STEPS,
         identities = image_folder.read_image_folder(folder)
     except Exception:
         if recorded is None:  # refused before training: nothing is left
-            _remove_new_run(output_dir, created)
+            adapt_report.remove_new_run(output_dir, created)
         raise
     start = reestimate_statistics(prefix, identities.filenames,
                                   os.path.join(output_dir, STATISTICS))
@@ -515,62 +425,8 @@ def _keep_and_export(report, keep, prefix, export, output_dir, shape):
         encoder, _ = checkpoints.load_encoder(report["kept_checkpoint"])
         report["export"] = exported.write(encoder, os.path.join(output_dir,
                                                                 name), shape)
-    _write_report(os.path.join(output_dir, REPORT_NAME), report)
+    adapt_report.write_report(os.path.join(output_dir, REPORT_NAME), report)
     return report
-
-
-def _write_report(path, report):
-    files.write_atomically(path, lambda f: json.dump(report, f, indent=1),
-                           REPORT)
-
-
-def _remove_new_run(output_dir, created):
-    """Remove what a new run wrote in ``output_dir`` (and the folder, if
-    it made it)."""
-    for name in (REPORT_NAME, "tracklets"):
-        path = os.path.join(output_dir, name)
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        elif os.path.isfile(path):
-            os.remove(path)
-    if created and not os.listdir(output_dir):
-        os.rmdir(output_dir)
-
-
-def format_report(report):
-    tuning = report["fine_tuning"]
-    lines = [f"{report['tracklets']['identities']} tracklets "
-             f"({report['tracklets']['crops']} crops, "
-             f"{tuning['pairs_seen_together']} pairs seen together; "
-             f"{len(tuning['linked']['links'])} linked across gaps: "
-             f"{tuning['linked']['identities']} identities), "
-             f"{report['number_of_steps']} steps from {report['model']}",
-             f"{'':8s} {'gate':>7s} {'false accepts':>14s} "
-             f"{'false rejects':>14s} {'IDF1':>6s}"]
-    for when in ("before", "after"):
-        numbers = report[when]
-        gate = numbers["self_calibrated_gate"]
-        idf1 = numbers.get("IDF1")
-        lines.append(
-            f"{when:8s} {gate['gate']:7.4f} "
-            f"{100 * gate['false_accept']:13.1f}% "
-            f"{100 * gate['false_reject']:13.1f}% "
-            + (f"{100 * idf1:6.1f}" if idf1 is not None else f"{'-':>6s}"))
-    held = report["held_out"]
-    lines.append(f"held-out frames ({held.get('tracklets', 0)} tracklets): "
-                 f"{held['verdict']}; {held['why']}")
-    kept = report["kept"]
-    lines.append(f"kept: the {'adapted model' if kept == 'adapted' else 'model it started from'}"
-                 f" ({report['kept_checkpoint']}): {report['kept_why']}")
-    gate = report["after" if kept == "adapted" else "before"][
-        "self_calibrated_gate"]["gate"]
-    lines.append("its gate:")
-    lines.extend(f"  {tracker}: {setting}"
-                 for tracker, setting in gates.gate_settings(gate,
-                                                             notes=True))
-    if report["export"]:
-        lines.append(f"wrote {report['export']}")
-    return "\n".join(lines)
 
 
 def main(argv):
@@ -585,10 +441,10 @@ def main(argv):
             config.keep, **cuts.cuts)
         if isinstance(report, int):  # training stopped by a signal
             return report
-        print(format_report(report))
+        print(adapt_report.format_report(report))
         return 0
 
-    return commands.run(argv, run, SETTINGS)
+    return commands.run(argv, run, COMMAND_SETTINGS)
 
 
 @dataclasses.dataclass
@@ -619,8 +475,8 @@ class AdaptConfig:
         ".pb).", one_of(EXPORTS))
 
 
-SETTINGS = [AdaptConfig, tracklets.CutConfig]
+COMMAND_SETTINGS = [AdaptConfig, tracklets.CutConfig]
 
 if __name__ == "__main__":
-    commands.define(SETTINGS)
+    commands.define(COMMAND_SETTINGS)
     app.run(main, flags_parser=parse_flags)

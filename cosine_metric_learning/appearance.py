@@ -18,7 +18,8 @@ import numpy as np
 import scipy.optimize
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import gates, mot_sequences, peers, tracking
+from cosine_metric_learning import frame_io, gates, mot_sequences, peers
+from cosine_metric_learning import tracking
 from cosine_metric_learning.datasets import tracklets
 
 MOTION = "motion"
@@ -112,7 +113,7 @@ def identity_features(sequence, rows, detections=True):
             theirs = gt[gt[:, 0] == frame]
             if not len(theirs):
                 continue
-            overlap = mot_sequences.box_overlaps(
+            overlap = frame_io.box_overlaps(
                 rows[mine, 2:6], theirs[:, 2:6])
             r, c = scipy.optimize.linear_sum_assignment(-overlap)
             matched = overlap[r, c] >= IDENTITY_MIN_IOU

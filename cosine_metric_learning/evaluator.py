@@ -94,7 +94,7 @@ class _Evaluator:
                 config.track_sequences)
             for sequence in self.sequences:
                 mot_sequences.check_ground_truth(sequence)
-                logging.info("%s", mot_sequences.describe_scores(
+                logging.info("%s", tracking.describe_scores(
                     sequence, [("Deep SORT's --min_confidence",
                                 tracking.DEFAULTS["min_confidence"])]))
                 tracking.detection_rows(sequence, "det",

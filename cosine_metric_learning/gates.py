@@ -25,6 +25,9 @@ GATE_FALSE_REJECT = 0.1
 GATE_FRAME_GAP = 10
 # pairs drawn at most, of each kind
 MAX_PAIRS = 200_000
+# the gate asked for as this (--max_cosine_distance=auto): each model's
+# self-calibrated gate
+AUTO = "auto"
 
 
 @dataclasses.dataclass(frozen=True)

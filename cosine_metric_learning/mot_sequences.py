@@ -17,23 +17,20 @@ time, never stored as images.
 
 import configparser
 import dataclasses
-import io
 import os
 import warnings
 from typing import Optional
 
 import numpy as np
 from absl import logging
-from PIL import Image
 
-from cosine_metric_learning import files
+from cosine_metric_learning import files, frame_io
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import first_line
 
 # the optional dependencies of sequences: OpenCV (videos), the tracker
 # and TrackEval
-INSTALL_HINT = ("pip install 'cosine-metric-learning[track]' (in a source "
-                "checkout: pip install -e '.[track]')")
+INSTALL_HINT = frame_io.INSTALL_HINT
 LAYOUT = ("a MOTChallenge sequence folder: seqinfo.ini, img1/, det/det.txt "
           "and gt/gt.txt")
 # MOT17's pedestrian class, the class scored and cut by default; gt.txt's
@@ -101,14 +98,15 @@ class Sequence:
         """``(number, frame)`` for each of the frame ``numbers`` in
         increasing order, each frame a uint8 BGR array (as Deep SORT's box
         encoder takes it) at its own size: read from its file
-        (:func:`read_frame`), or decoded from the video as the iteration
-        reaches it."""
+        (:func:`frame_io.read_frame`), or decoded from the video as the
+        iteration reaches it."""
         numbers = sorted({int(n) for n in numbers})
         if self.video is None:
             for number in numbers:
-                yield number, read_frame(self.frame_paths[number - 1])
+                yield number, frame_io.read_frame(self.frame_paths[number - 1])
         else:
-            yield from video_frames(self.video, numbers, self.video_start)
+            yield from frame_io.video_frames(self.video, numbers,
+                                             self.video_start)
 
 
 def is_sequence(folder):
@@ -196,14 +194,14 @@ def bad_row(rows, path, what, first_columns):
     are not all finite or whose frame is not a whole number from 1, or
     None."""
     finite = np.all(np.isfinite(rows[:, :first_columns]), axis=1)
-    frames = rows[:, 0]
-    whole = finite & (frames >= 1) & (frames == np.round(frames))
+    numbers = rows[:, 0]
+    whole = finite & (numbers >= 1) & (numbers == np.round(numbers))
     if np.all(whole):
         return None
     i = int(np.flatnonzero(~whole)[0])
     values = ",".join(f"{v:g}" for v in rows[i, :first_columns])
     problem = ("a number is missing or not finite" if not finite[i]
-               else f"frame {frames[i]:g} is not a frame number (1, 2, ...)")
+               else f"frame {numbers[i]:g} is not a frame number (1, 2, ...)")
     return f"{what} '{path}', row {i + 1} ({values}): {problem}"
 
 
@@ -344,17 +342,6 @@ def _frame_number(path):
     return int(stem) if stem.isdigit() else None
 
 
-def _frame_size(path):
-    """``(height, width, 3)`` of a frame, read from its header."""
-    try:
-        with Image.open(path) as image:
-            width, height = image.size
-    except OSError as e:
-        raise UsageError(f"cannot read frame '{path}': "
-                         f"{first_line(e)}") from e
-    return height, width, 3
-
-
 def _read_sequence_info(folder):
     """Name, length, frame shape and frame paths from
     ``seqinfo.ini`` and the frames it names."""
@@ -400,7 +387,7 @@ def _read_sequence_info(folder):
     num_frames = numbers[-1]
     frame_paths = [os.path.join(image_dir, f"{i:06d}{extension}")
                    for i in range(1, num_frames + 1)]
-    image_shape = _frame_size(frame_paths[numbers[0] - 1])
+    image_shape = frame_io.frame_size(frame_paths[numbers[0] - 1])
     if (length, size) != (num_frames, image_shape):
         logging.warning(
             "%s: seqinfo.ini says %d frames of %dx%d, but %s holds frames "
@@ -435,8 +422,8 @@ def _video_info(folder, info_path, section):
     if not os.path.isfile(video):
         raise UsageError(f"'{info_path}' names the video '{video}', which "
                          "is not a file")
-    cv2 = require_opencv()
-    capture = open_video(video)
+    cv2 = frame_io.require_opencv()
+    capture = frame_io.open_video(video)
     shape = (int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)),
              int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)), 3)
     capture.release()
@@ -446,56 +433,6 @@ def _video_info(folder, info_path, section):
                         info_path, size[1], size[0], video, shape[1],
                         shape[0])
     return length, shape, [], video, start
-
-
-def require_opencv(what="reading videos"):
-    """OpenCV, or a UsageError saying how to install it."""
-    try:
-        import cv2
-    except ImportError as e:
-        raise UsageError(f"{what} needs OpenCV (opencv-python), which is "
-                         f"not installed: {INSTALL_HINT}") from e
-    return cv2
-
-
-def open_video(path):
-    """An OpenCV ``VideoCapture`` of the video file ``path``; UsageError
-    where OpenCV's decoders cannot open it."""
-    capture = require_opencv().VideoCapture(path)
-    if not capture.isOpened():
-        capture.release()
-        raise UsageError(f"cannot open the video '{path}': OpenCV's "
-                         "decoders do not read it (not a video, damaged, "
-                         "or a codec this OpenCV lacks)")
-    return capture
-
-
-def video_frames(path, numbers, start=1):
-    """``(number, frame)`` of each of the increasing frame ``numbers`` of
-    the video ``path``, frame ``n`` being video frame ``n + start - 1``
-    (from 1): decoded in order, one at a time, the frames between them
-    decoded and dropped; a frame past the video's end, or one that does
-    not decode, is a UsageError naming it."""
-    capture = open_video(path)
-    try:
-        position = 1  # the video frame the next read gives
-        for number in numbers:
-            wanted = number + start - 1
-            ok = True
-            while ok and position < wanted:
-                ok = capture.grab()
-                position += 1
-            if ok:
-                ok, frame = capture.read()
-                position += 1
-            if not ok:
-                raise UsageError(
-                    f"cannot decode frame {wanted} of the video '{path}' "
-                    f"(the sequence's frame {number}): the video ends "
-                    "before it, or is damaged there")
-            yield number, frame
-    finally:
-        capture.release()
 
 
 def _list_frames(folder):
@@ -509,64 +446,8 @@ def _list_frames(folder):
     if not frame_paths:
         raise UsageError(f"sequence {name}: no images in '{image_dir}'; "
                          f"expected {LAYOUT}")
-    return name, len(frame_paths), _frame_size(frame_paths[0]), frame_paths
-
-
-def _decode_jpeg(data):
-    """A complete JPEG's bytes decoded to BGR with OpenCV (installed with
-    the tracker), about three times faster than through PIL here; None
-    when OpenCV is missing, the bytes are not a JPEG that ends, or it
-    fails: :func:`read_frame` then reads them with PIL. Both decode with
-    libjpeg-turbo, and neither turns the frame by its EXIF orientation."""
-    if data[:2] != b"\xff\xd8" or data[-2:] != b"\xff\xd9":
-        return None
-    try:
-        import cv2
-    except ImportError:
-        return None
-    return cv2.imdecode(np.frombuffer(data, np.uint8),
-                        cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
-
-
-def read_frame(path):
-    """A frame as a uint8 BGR array (as Deep SORT's box encoder takes
-    it), at its own size; a frame that cannot be read or is truncated is
-    a UsageError naming it."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-        frame = _decode_jpeg(data)
-        if frame is not None:
-            return frame
-        with Image.open(io.BytesIO(data)) as image:
-            frame = np.asarray(image.convert("RGB"))
-    except OSError as e:
-        raise UsageError(f"cannot read frame '{path}': {first_line(e)}; "
-                         "replace it, or remove its rows from det.txt and "
-                         "gt.txt") from e
-    return np.ascontiguousarray(frame[..., ::-1])
-
-
-
-def box_intersections(a, b):
-    """The intersection area of every ``(left, top, width, height)`` of
-    ``a`` (N, 4) with every one of ``b`` (M, 4): (N, M)."""
-    a, b = np.asarray(a, float)[:, None, :], np.asarray(b, float)[None]
-    width = (np.minimum(a[..., 0] + a[..., 2], b[..., 0] + b[..., 2])
-             - np.maximum(a[..., 0], b[..., 0]))
-    height = (np.minimum(a[..., 1] + a[..., 3], b[..., 1] + b[..., 3])
-              - np.maximum(a[..., 1], b[..., 1]))
-    return np.clip(width, 0, None) * np.clip(height, 0, None)
-
-
-def box_overlaps(a, b):
-    """Intersection over union of every box of ``a`` (N, 4) with every
-    one of ``b`` (M, 4), as :func:`box_intersections` takes them: (N,
-    M)."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    inter = box_intersections(a, b)
-    union = (a[:, 2] * a[:, 3])[:, None] + b[:, 2] * b[:, 3] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+    shape = frame_io.frame_size(frame_paths[0])
+    return name, len(frame_paths), shape, frame_paths
 
 
 def considered(rows, classes=PEDESTRIANS):
@@ -600,26 +481,3 @@ def check_classes(classes):
         raise ArgumentError("classes", classes, "expected a tuple of class "
                             "numbers (MOT17: 1 is a pedestrian), or None "
                             "for every class")
-
-
-def describe_scores(sequence, thresholds):
-    """One line on the scale of a sequence's detection scores and what
-    each threshold keeps of them: ``thresholds`` is ``[(flag, value)]``
-    (``"--min_confidence", 0.3``). A threshold that keeps every detection
-    or none says so: detectors score on scales of their own (ACF from 20
-    to 150, most networks from 0 to 1)."""
-    scores = sequence.detections[:, 6]
-    if not len(scores):
-        return f"{sequence.name}: no detections"
-    parts = []
-    for flag, value in thresholds:
-        kept = int(np.sum(scores >= value))
-        if kept == len(scores):
-            note = " (every one: it cuts nothing on this scale)"
-        elif kept == 0:
-            note = " (none: every score is below it)"
-        else:
-            note = ""
-        parts.append(f"{flag}={value:g} keeps {kept}{note}")
-    return (f"{sequence.name}: {len(scores)} detections scored "
-            f"{scores.min():g} to {scores.max():g}; " + ", ".join(parts))

@@ -19,7 +19,7 @@ from cosine_metric_learning import export, formats
 from cosine_metric_learning import image_cache, kit_features, losses
 from cosine_metric_learning import queued_trainer
 from cosine_metric_learning import rerank as rerank_lib
-from cosine_metric_learning.commands import Validated, choices, one_of
+from cosine_metric_learning.commands import Validated, one_of
 from cosine_metric_learning.commands import setting
 from cosine_metric_learning.errors import UsageError
 from cosine_metric_learning.model import IMPRINT_IMAGES

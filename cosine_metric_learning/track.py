@@ -36,14 +36,14 @@ if __name__ == "__main__":  # Ctrl-C while the imports load: one line
 import dataclasses
 import json
 import os
-import shlex
 
 import numpy as np
 from absl import app, logging
 
 from cosine_metric_learning import appearance, backends, commands
 from cosine_metric_learning import files, formats, gates, metrics
-from cosine_metric_learning import mot_sequences, peers, tracking
+from cosine_metric_learning import mot_sequences, peers, track_report
+from cosine_metric_learning import tracking
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.commands import one_of, setting
 from cosine_metric_learning.errors import parse_flags
@@ -56,8 +56,7 @@ SWEEP_GATES = tracking.TRACKERS[tracking.DEEP_SORT].sweep[
 SWEEP_BUDGETS = tracking.TRACKERS[tracking.DEEP_SORT].sweep["nn_budget"]
 # gates the sweep adds between the best grid gate's neighbours
 REFINE_POINTS = 5
-# --max_cosine_distance=auto: the model's self-calibrated gate
-AUTO = "auto"
+AUTO = gates.AUTO
 # frames between the two boxes of a same-track pair for the ground-truth
 # gate, and the visibility a box needs to be used for it
 GATE_FRAME_GAP = gates.GATE_FRAME_GAP
@@ -232,7 +231,7 @@ def evaluate(models, sequences, detections, output_dir, sweep,
                             "but cannot be scored", s.name)
     if detections == "det":
         for sequence in sequences:
-            logging.info("%s", mot_sequences.describe_scores(
+            logging.info("%s", tracking.describe_scores(
                 sequence, [("--min_confidence", base["min_confidence"])]))
     # the tracked boxes, the same for every model and setting
     rows_of = {sequence.name: tracking.detection_rows(
@@ -362,96 +361,6 @@ def refined_settings(runs, calibrated, points=REFINE_POINTS):
     return settings
 
 
-def format_table(summary):
-    """A row per model (its default setting and, swept, its best)."""
-    header = (f"{'model':32s} {'gate':>6s} {'budget':>6s} "
-              + " ".join(f"{m:>6s}" for m in tracking.METRICS))
-    lines = [header, "-" * len(header)]
-    for model, entry in summary["models"].items():
-        shown = [("", entry["runs"][0])]
-        best = entry.get("best")
-        if best is not None and best is not entry["runs"][0]:
-            shown.append((" (best)", best))
-        for suffix, run in shown:
-            combined = run["metrics"].get("COMBINED")
-            if combined is None:
-                continue
-            p = run["parameters"]
-            gate = ("-" if model in appearance.NO_APPEARANCE
-                    else f"{p['max_cosine_distance']:g}")
-            values = " ".join(
-                f"{combined[m]:6d}" if m == "IDSW"
-                else f"{100 * combined[m]:6.1f}" for m in tracking.METRICS)
-            lines.append(f"{(entry['label'] + suffix)[-32:]:32s} {gate:>6s} "
-                         f"{p['nn_budget']:>6d} {values}")
-    return "\n".join(lines)
-
-
-def format_gates(entry, given, model=None, videos=(), sequences=0):
-    """A model's gates: self-calibrated (in each tracker's convention),
-    the best of the sweep with its Deep SORT command line (paths quoted
-    for the shell), and the one found on the ground truth; ``given``: the
-    gate asked for (a number, or :data:`AUTO`); ``videos``: the names of
-    the ``sequences`` (a count) whose frames are in a video, which Deep
-    SORT's application cannot read (it reads ``img1/``). :data:`IDENTITY`
-    (``model``) has none of them: its features are made from the ground
-    truth."""
-    if model == IDENTITY:
-        lines = [
-            "  no self-calibrated gate and no deep_sort_app line: its "
-            "features are made from the ground truth (0 apart within a "
-            "track, about 1 between tracks), not from the images"
-            + (f"; tracked at Deep SORT's "
-               f"{DEFAULTS['max_cosine_distance']:g} for "
-               "--max_cosine_distance=auto" if given == AUTO else "")]
-        if "best" in entry:
-            best = entry["best"]
-            lines.append(
-                "  best --max_cosine_distance="
-                f"{best['parameters']['max_cosine_distance']:g} (IDF1 "
-                f"{100 * best['metrics']['COMBINED']['IDF1']:.1f})")
-        return "\n".join(lines)
-    lines = []
-    calibrated = entry.get("self_calibrated_gate")
-    if calibrated is None:
-        lines.append("  self-calibrated gate: none (no tracklet pairs)")
-    else:
-        lines.append(
-            "  self-calibrated gate " + gates.describe_gate(calibrated)
-            + ("; used, as --max_cosine_distance=auto asks"
-               if given == AUTO else ""))
-        lines.extend(f"    {tracker}: {setting}" for tracker, setting
-                     in gates.gate_settings(calibrated["gate"],
-                                            notes=True))
-    if "best" in entry:
-        best = entry["best"]["parameters"]
-        gate = entry.get("ground_truth_gate")
-        lines.append(
-            f"  best --max_cosine_distance={best['max_cosine_distance']:g} "
-            f"--nn_budget={best['nn_budget']} (IDF1 "
-            f"{100 * entry['best']['metrics']['COMBINED']['IDF1']:.1f}); "
-            "gate on the ground truth: " + (
-                f"{gate:.4g}" if gate is not None else
-                f"none (no track seen {GATE_FRAME_GAP} frames apart beside "
-                "another in a frame)"))
-        detection_file = shlex.quote(
-            os.path.join(entry["folder"], "SEQUENCE") + ".npy")
-        lines.append(
-            "  python deep_sort_app.py --sequence_dir=SEQUENCE "
-            f"--detection_file={detection_file} "
-            f"--min_confidence={best['min_confidence']:g} "
-            f"--nms_max_overlap={best['nms_max_overlap']:g} "
-            f"--max_cosine_distance={best['max_cosine_distance']:g} "
-            f"--nn_budget={best['nn_budget']}")
-        if videos:
-            note = ("  Deep SORT's deep_sort_app.py reads the frames from "
-                    f"img1/, which {', '.join(videos)} lack (their frames are "
-                    "in a video): datasets.video --frames=jpg writes them")
-            lines[-1:] = [note] + (lines[-1:] if len(videos) < sequences
-                                   else [])
-    return "\n".join(lines)
-
-
 def check_parameters(parameters):
     """:func:`tracking.check_parameters`, where the gate may be ``auto``."""
     tracking.check_parameters({k: v for k, v in parameters.items()
@@ -489,13 +398,13 @@ def main(argv):
         summary = evaluate(models, sequences, config.detections, output_dir,
                            config.sweep, parameters, _CACHE, classes,
                            config.backend, config.tracker)
-        print(format_table(summary))
+        print(track_report.format_table(summary))
         if not any(s.ground_truth is not None for s in sequences):
             print("no sequence has gt/gt.txt: tracked, not scored")
         for model, entry in summary["models"].items():
             if model not in appearance.NO_APPEARANCE:
                 print(f"\n{model}:")
-                print(format_gates(entry, parameters["max_cosine_distance"],
+                print(track_report.format_gates(entry, parameters["max_cosine_distance"],
                                    model, [s.name for s in sequences
                                            if s.video is not None],
                                    len(sequences)))

@@ -298,6 +298,29 @@ def encode_rows(encoder, sequence, rows, progress_secs=10.0,
     return features
 
 
+def describe_scores(sequence, thresholds):
+    """One line on the scale of a sequence's detection scores and what
+    each threshold keeps of them: ``thresholds`` is ``[(flag, value)]``
+    (``"--min_confidence", 0.3``). A threshold that keeps every detection
+    or none says so: detectors score on scales of their own (ACF from 20
+    to 150, most networks from 0 to 1)."""
+    scores = sequence.detections[:, 6]
+    if not len(scores):
+        return f"{sequence.name}: no detections"
+    parts = []
+    for flag, value in thresholds:
+        kept = int(np.sum(scores >= value))
+        if kept == len(scores):
+            note = " (every one: it cuts nothing on this scale)"
+        elif kept == 0:
+            note = " (none: every score is below it)"
+        else:
+            note = ""
+        parts.append(f"{flag}={value:g} keeps {kept}{note}")
+    return (f"{sequence.name}: {len(scores)} detections scored "
+            f"{scores.min():g} to {scores.max():g}; " + ", ".join(parts))
+
+
 def random_features(count, dim=128):
     """``count`` random unit vectors (seeded): features whose cosine
     distances, about 1, lie beyond every gate, so the tracker's appearance

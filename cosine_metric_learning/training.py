@@ -15,7 +15,6 @@ import signal
 import string
 import sys
 import tempfile
-import threading
 import time
 from typing import Optional
 
@@ -27,7 +26,7 @@ from cosine_metric_learning import checkpoints, distribute, model as model_lib
 from cosine_metric_learning import features as features_lib
 from cosine_metric_learning import image_cache, queued_trainer, release
 from cosine_metric_learning import run_settings, sampling
-from cosine_metric_learning import summaries
+from cosine_metric_learning import step_control, summaries
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import first_line
 from cosine_metric_learning.datasets import util as dataset_util
@@ -45,47 +44,6 @@ def random_run_id(length=6):
     """A random run id of lower-case letters and digits, as the original."""
     alphabet = np.array(list(string.ascii_lowercase + string.digits))
     return "".join(np.random.choice(alphabet, length))
-
-
-class StopSignal:
-    """Turns SIGINT/SIGTERM into a stop request checked between steps."""
-
-    def __init__(self):
-        self.received = None
-        self._previous = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        if self.received is None:
-            self.received = signum
-            logging.warning("Received %s: stopping after this step and "
-                            "saving a checkpoint (send it again to abort "
-                            "without saving)", signal.Signals(signum).name)
-        else:
-            raise KeyboardInterrupt
-
-    def __exit__(self, *exc_info):
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        return False
-
-
-class Periodic:
-    """An action due every ``interval`` seconds since it last ran."""
-
-    def __init__(self, interval, now):
-        self.interval, self.last = interval, now
-
-    def due(self, now, force=False):
-        return force or now - self.last >= self.interval
-
-    def ran(self, now):
-        self.last = now
 
 
 # Before the first step ---------------------------------------------------------
@@ -316,9 +274,9 @@ def _loop(run, stop):
         run.save("initial weights")
     saved_step = log_step = run.current_step()
     now = time.time()
-    logs = Periodic(config.log_interval_secs, now)
-    writes = Periodic(config.save_summaries_secs, now)
-    saves = Periodic(config.save_interval_secs, now)
+    logs = step_control.Periodic(config.log_interval_secs, now)
+    writes = step_control.Periodic(config.save_summaries_secs, now)
+    saves = step_control.Periodic(config.save_interval_secs, now)
     monitor = queued_trainer.InputMonitor(run.trainer, now)
     first = True
     while not run.done() and stop.received is None:
@@ -404,7 +362,7 @@ def train(dataset, config):
         config.batch_size // config.images_per_id, config.images_per_id,
         f", {replicas} replicas of {run.per_replica}" if replicas > 1 else "",
         config.run_dir)
-    stop = StopSignal()
+    stop = step_control.StopSignal()
     try:
         if run.done():
             logging.warning("%s is at step %d, already at --number_of_steps="

@@ -45,7 +45,8 @@ import os
 import numpy as np
 from absl import app, logging
 
-from cosine_metric_learning import commands, files, gates, mot_sequences
+from cosine_metric_learning import commands, files, frame_io, gates
+from cosine_metric_learning import mot_sequences
 from cosine_metric_learning import tracking
 from cosine_metric_learning.commands import setting
 from cosine_metric_learning.datasets import mot as mot_crops
@@ -79,7 +80,7 @@ def coverage(rows):
     for frame in np.unique(rows[:, 0]):
         index = np.flatnonzero(rows[:, 0] == frame)
         boxes = rows[index, 2:6]
-        share = mot_sequences.box_intersections(boxes, boxes) / np.maximum(
+        share = frame_io.box_intersections(boxes, boxes) / np.maximum(
             boxes[:, 2] * boxes[:, 3], 1e-9)[:, None]
         np.fill_diagonal(share, 0.0)
         covered[index] = share.max(axis=1) if len(index) > 1 else 0.0
@@ -242,7 +243,7 @@ def read_checked(sequence_folders, track_min_confidence, cut):
         sequences, "sequence_folders", sequence_folders)
     for sequence in sequences:
         _check_detections(sequence)
-        logging.info("%s", mot_sequences.describe_scores(sequence, [
+        logging.info("%s", tracking.describe_scores(sequence, [
             ("--track_min_confidence", track_min_confidence),
             ("--min_confidence", cut["min_confidence"])]))
     return sequences

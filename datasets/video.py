@@ -55,7 +55,7 @@ from typing import Optional
 import numpy as np
 from absl import app, logging
 
-from cosine_metric_learning import commands, files, mot_sequences
+from cosine_metric_learning import commands, files, frame_io, mot_sequences
 from cosine_metric_learning.commands import one_of, setting
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.errors import parse_flags
@@ -116,8 +116,8 @@ def count_frames(path, progress_secs=10.0):
     """``(frames, (height, width, 3), frames per second, frames the header
     promises)`` of a video, its frames counted by decoding every one
     (headers can be wrong); a progress line now and then."""
-    cv2 = mot_sequences.require_opencv()
-    capture = mot_sequences.open_video(path)
+    cv2 = frame_io.require_opencv()
+    capture = frame_io.open_video(path)
     try:
         fps = capture.get(cv2.CAP_PROP_FPS)
         header = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
@@ -215,7 +215,7 @@ def detect_rows(detector, video, first, last, log=logging.info,
     :class:`detector.Detector`), with a progress line now and then."""
     rows, count = [], last - first + 1
     start = done = time.time()
-    for number, frame in mot_sequences.video_frames(
+    for number, frame in frame_io.video_frames(
             video, range(1, count + 1), first):
         for box in detector(frame):
             rows.append([number, -1, *box])
@@ -358,11 +358,11 @@ def write_sequence(video, detections, output_dir, gt=None, name=None,
 
 
 def _write_jpegs(video, first, last, folder, progress_secs=10.0):
-    cv2 = mot_sequences.require_opencv()
+    cv2 = frame_io.require_opencv()
     os.makedirs(folder)
     count = last - first + 1
     start = done = time.time()
-    for number, frame in mot_sequences.video_frames(
+    for number, frame in frame_io.video_frames(
             video, range(1, count + 1), first):
         cv2.imwrite(os.path.join(folder, f"{number:06d}.jpg"), frame,
                     [cv2.IMWRITE_JPEG_QUALITY, files.JPEG_QUALITY])

@@ -140,17 +140,17 @@ def test_look_alike_pairs_are_built_alike_within_each_split():
     """``look_alike`` pairs the identities of each split in order: the
     second of a pair has the first's build, pattern and bag, and colours
     off by about the spread; without it the same ids are drawn apart."""
-    from cosine_metric_learning.datasets import synthetic
+    from cosine_metric_learning.datasets import synthetic_people
     splits = (np.arange(1, 7), np.arange(10, 15))  # one left unpaired
-    alike = synthetic._people(np.random.default_rng(0), splits, 5.0, 1)
-    apart = synthetic._people(np.random.default_rng(0), splits, 0.0, 1)
+    alike = synthetic_people.people(np.random.default_rng(0), splits, 5.0, 1)
+    apart = synthetic_people.people(np.random.default_rng(0), splits, 0.0, 1)
     assert alike.keys() == apart.keys()
     shifts = []
     for ids in splits:
         for first, second in zip(ids[0::2], ids[1::2]):
             for key in ("pattern", "bag", "width", "legs"):
                 assert alike[second][key] == alike[first][key]
-            for key in synthetic.COLOUR_KEYS:
+            for key in synthetic_people.COLOUR_KEYS:
                 shifts.append(alike[second][key] - alike[first][key])
                 np.testing.assert_array_equal(alike[first][key],
                                               apart[first][key])
@@ -167,22 +167,22 @@ def test_look_alike_pairs_are_built_alike_within_each_split():
 @pytest.mark.parametrize("text", ["5:120", "5:120:31,x:1:2", "0:120:1",
                                   "5:0:1", "5:120:31,"])
 def test_scene_lists_name_the_scene_that_is_not_pairs_frames_seed(text):
-    from cosine_metric_learning.datasets import synthetic
-    assert synthetic.parse_scenes("5:120:31,8:60:2") == [(5, 120, 31),
+    from cosine_metric_learning.datasets import synthetic_mot
+    assert synthetic_mot.parse_scenes("5:120:31,8:60:2") == [(5, 120, 31),
                                                          (8, 60, 2)]
     with pytest.raises(ValueError, match="expected pairs:frames:seed"):
-        synthetic.parse_scenes(text)
+        synthetic_mot.parse_scenes(text)
 
 
 def test_every_pair_is_past_the_pillar_from_crossing_frames(tmp_path):
     """The last pair's people are partly hidden until the frame before
     ``crossing_frames`` and whole from it on (the ground truth's
     visibility)."""
-    from cosine_metric_learning.datasets import synthetic
+    from cosine_metric_learning.datasets import synthetic_mot
     pairs = 3
-    last = synthetic.crossing_frames(pairs)
+    last = synthetic_mot.crossing_frames(pairs)
     assert last > 12 * (pairs - 1)
-    folder = synthetic.write_mot_sequence(str(tmp_path), num_pairs=pairs,
+    folder = synthetic_mot.write_mot_sequence(str(tmp_path), num_pairs=pairs,
                                           num_frames=last + 5, seed=1)
     gt = np.loadtxt(os.path.join(folder, "gt", "gt.txt"), delimiter=",")
     for track in (2 * pairs - 1, 2 * pairs):  # the last pair
@@ -196,11 +196,11 @@ def test_mot_layout_of_more_pairs_is_long_enough_for_them_to_cross(
         tmp_path):
     """``--pairs`` without ``--frames``: the sequence runs until every pair
     has crossed (or 160 frames), two ground-truth tracks a pair."""
-    from cosine_metric_learning.datasets import synthetic
+    from cosine_metric_learning.datasets import synthetic, synthetic_mot
     synthetic.main(["--layout=mot", f"--output_dir={tmp_path}",
                     "--pairs=8", "--seed=4", "--name=EIGHT"])
     folder = tmp_path / "EIGHT"
-    length = max(160, synthetic.crossing_frames(8))
+    length = max(160, synthetic_mot.crossing_frames(8))
     assert length > 160  # the default would cut the last pairs' crossing
     assert f"seqLength={length}" in (folder / "seqinfo.ini").read_text()
     assert len(os.listdir(folder / "img1")) == length
@@ -226,10 +226,10 @@ def test_mot_layout_flag_errors_exit_2_with_one_line(tmp_path, capsys, args,
 
 def test_a_scene_too_short_for_every_crossing_is_written_with_a_warning(
         tmp_path, caplog):
-    from cosine_metric_learning.datasets import synthetic
-    needed = synthetic.crossing_frames(1)
+    from cosine_metric_learning.datasets import synthetic_mot
+    needed = synthetic_mot.crossing_frames(1)
     with caplog.at_level("WARNING"):
-        written = synthetic.write_mot_scenes(
+        written = synthetic_mot.write_mot_scenes(
             str(tmp_path), f"1:{needed - 1}:2,1:{needed}:3")
     assert len(written) == 2
     warnings = [r.getMessage() for r in caplog.records

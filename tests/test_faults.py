@@ -209,8 +209,8 @@ def test_ctrl_c_in_test_or_export_is_one_line(large_market_dir, trained,
 
 def test_ctrl_c_while_cutting_tracks_leaves_nothing(tmp_path):
     """The converter writes its folder whole or not at all."""
-    from cosine_metric_learning.datasets import synthetic
-    first = synthetic.write_mot_sequence(str(tmp_path / "seqs"), seed=1,
+    from cosine_metric_learning.datasets import synthetic_mot
+    first = synthetic_mot.write_mot_sequence(str(tmp_path / "seqs"), seed=1,
                                          name="SEQ-0")
     for k in range(1, 8):  # copies under other names: long enough to stop
         copy = tmp_path / "seqs" / f"SEQ-{k}"
@@ -225,8 +225,8 @@ def test_ctrl_c_while_cutting_tracks_leaves_nothing(tmp_path):
 
 def test_ctrl_c_while_tracking_leaves_nothing(trained, tmp_path):
     """The tracking evaluation writes its folder whole or not at all."""
-    from cosine_metric_learning.datasets import synthetic
-    sequence = synthetic.write_mot_sequence(str(tmp_path / "seqs"), seed=1,
+    from cosine_metric_learning.datasets import synthetic_mot
+    sequence = synthetic_mot.write_mot_sequence(str(tmp_path / "seqs"), seed=1,
                                             name="SEQ-0")
     # after the encoding, eight settings to track
     _ctrl_c_leaves_no_folder(tmp_path, "SEQ-0: encoded", [

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from cosine_metric_learning import kit_features, mot_sequences, protocol
-from cosine_metric_learning.datasets import image_folder, synthetic
+from cosine_metric_learning.datasets import image_folder, synthetic_mot
 from cosine_metric_learning.datasets import mot as mot_crops
 from cosine_metric_learning.datasets.spec import DatasetSpec
 from cosine_metric_learning.errors import UsageError
@@ -340,10 +340,10 @@ def test_train_on_converted_sequences_and_test_on_held_out_people(tmp_path):
     (gains 0.21-0.24); at 150 steps and 16 queries the gain ranged from
     0.07 to 0.27, too close to any margin worth asserting."""
     for seed in range(6):
-        synthetic.write_mot_sequence(str(tmp_path / "train_seqs"),
+        synthetic_mot.write_mot_sequence(str(tmp_path / "train_seqs"),
                                      seed=100 + seed, name=f"TRAIN-{seed}")
     for seed in range(4):
-        synthetic.write_mot_sequence(str(tmp_path / "test_seqs"),
+        synthetic_mot.write_mot_sequence(str(tmp_path / "test_seqs"),
                                      seed=200 + seed, name=f"TEST-{seed}")
     for part in ("train", "test"):
         mot_crops.convert(

@@ -13,8 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from cosine_metric_learning import appearance, mot_sequences, track, tracking
-from cosine_metric_learning.datasets import synthetic
+from cosine_metric_learning import appearance, frame_io, mot_sequences, track
+from cosine_metric_learning import tracking
+from cosine_metric_learning import track_report
+from cosine_metric_learning.datasets import synthetic_mot
 from cosine_metric_learning.errors import UsageError
 from tests.conftest import one_error_line, read_events, run_script
 from tests.conftest import small_config
@@ -24,7 +26,7 @@ from tests.conftest import small_config
 def sequence_dir(tmp_path_factory):
     """A short synthetic sequence: two pairs who swap lanes behind a
     pillar."""
-    return synthetic.write_mot_sequence(
+    return synthetic_mot.write_mot_sequence(
         str(tmp_path_factory.mktemp("mot")), num_pairs=2, num_frames=90,
         seed=5)
 
@@ -254,7 +256,7 @@ def test_the_evaluator_tracks_each_checkpoint(market_dir, sequence_dir,
     results = evaluator.evaluate_checkpoints(MARKET1501, config)
     assert [step for step, _ in results] == [0, 1]
     # the scores' scale is said before the work, as track says it
-    assert mot_sequences.describe_scores(
+    assert tracking.describe_scores(
         mot_sequences.read_sequence(sequence_dir),
         [("Deep SORT's --min_confidence", 0.3)]) in absl_log.text
     events = read_events(tmp_path / "eval" / "run")
@@ -292,7 +294,7 @@ def test_the_evaluator_tracks_each_checkpoint(market_dir, sequence_dir,
 @pytest.fixture(scope="module")
 def short_dir(tmp_path_factory):
     """A 24-frame sequence of one pair (it has det/ and gt/)."""
-    return synthetic.write_mot_sequence(
+    return synthetic_mot.write_mot_sequence(
         str(tmp_path_factory.mktemp("short")), num_pairs=1, num_frames=24,
         seed=2, name="SHORT-01")
 
@@ -544,12 +546,12 @@ def test_frames_read_alike_with_and_without_opencv(tmp_path, monkeypatch):
     exif = Image.Exif()
     exif[0x0112] = 6  # "rotate 90 degrees to display"
     Image.fromarray(rgb).save(path, quality=90, exif=exif)
-    assert mot_sequences._decode_jpeg(
+    assert frame_io._decode_jpeg(
         path.read_bytes()) is not None  # OpenCV's
-    fast = mot_sequences.read_frame(str(path))
+    fast = frame_io.read_frame(str(path))
     monkeypatch.setitem(sys.modules, "cv2", None)  # as if not installed
-    assert mot_sequences._decode_jpeg(path.read_bytes()) is None
-    slow = mot_sequences.read_frame(str(path))
+    assert frame_io._decode_jpeg(path.read_bytes()) is None
+    slow = frame_io.read_frame(str(path))
     assert fast.shape == (120, 160, 3) and fast.dtype == np.uint8
     np.testing.assert_array_equal(fast, slow)
     with Image.open(path) as image:
@@ -560,7 +562,7 @@ def test_box_overlaps_by_hand():
     a = np.array([[0, 0, 10, 20], [100, 100, 4, 4]])
     b = np.array([[5, 0, 10, 20], [0, 0, 10, 20], [0, 10, 10, 20]])
     # 100 of 300, equal, 100 of 300; the second box meets none
-    np.testing.assert_allclose(mot_sequences.box_overlaps(a, b),
+    np.testing.assert_allclose(frame_io.box_overlaps(a, b),
                                [[1 / 3, 1, 1 / 3], [0, 0, 0]])
 
 
@@ -617,7 +619,7 @@ def test_identity_features_track_the_crossing_without_a_switch(
     assert "self_calibrated_gate" not in entry
     assert entry["runs"][0]["parameters"]["max_cosine_distance"] == 0.2
     assert not glob.glob(os.path.join(entry["folder"], "*.npy"))
-    text = track.format_gates(entry, track.AUTO, track.IDENTITY)
+    text = track_report.format_gates(entry, track.AUTO, track.IDENTITY)
     assert "no self-calibrated gate and no deep_sort_app line" in text
     assert "tracked at Deep SORT's 0.2" in text
     assert "deep_sort_app.py" not in text
@@ -698,16 +700,16 @@ def test_the_deep_sort_app_line_quotes_paths_and_knows_videos():
             "metrics": {"COMBINED": {"IDF1": 0.5}}}
     entry = {"self_calibrated_gate": None, "best": best,
              "ground_truth_gate": 0.25, "folder": "my runs/model"}
-    text = track.format_gates(entry, 0.2, "run", [], 1)
+    text = track_report.format_gates(entry, 0.2, "run", [], 1)
     line = next(l for l in text.splitlines() if "deep_sort_app.py" in l)
     arguments = shlex.split(line.strip())
     assert "--detection_file=my runs/model/SEQUENCE.npy" in arguments
     assert "--max_cosine_distance=0.3" in arguments
-    text = track.format_gates(entry, 0.2, "run", ["CAM-01"], 1)
+    text = track_report.format_gates(entry, 0.2, "run", ["CAM-01"], 1)
     assert "python deep_sort_app.py" not in text
     assert "CAM-01 lack" in text and "--frames=jpg" in text
     # beside sequences with img1/, the line stays, after the note
-    text = track.format_gates(entry, 0.2, "run", ["CAM-01"], 2)
+    text = track_report.format_gates(entry, 0.2, "run", ["CAM-01"], 2)
     assert "CAM-01 lack" in text and "python deep_sort_app.py" in text
 
 
@@ -715,8 +717,8 @@ def test_deep_sort_through_the_seam_is_deep_sort_realtime_itself(tmp_path):
     """The registry's Deep SORT gives, track for track, what
     deep-sort-realtime's DeepSort gives driven frame by frame here."""
     from deep_sort_realtime.deepsort_tracker import DeepSort
-    from cosine_metric_learning.datasets import synthetic
-    sequence = mot_sequences.read_sequence(synthetic.write_mot_sequence(
+    from cosine_metric_learning.datasets import synthetic_mot
+    sequence = mot_sequences.read_sequence(synthetic_mot.write_mot_sequence(
         str(tmp_path), num_pairs=3, num_frames=60, seed=4, name="SEAM-01"))
     rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
     features = tracking.random_features(len(rows))  # as --model=none's
@@ -745,8 +747,8 @@ def test_a_registered_tracker_runs_through_the_evaluation(tmp_path,
                                                           monkeypatch):
     """Adding a tracker is one registry entry and its runner: here every
     detection its own track (IDF1 near 0), beside Deep SORT's."""
-    from cosine_metric_learning.datasets import synthetic
-    sequence = mot_sequences.read_sequence(synthetic.write_mot_sequence(
+    from cosine_metric_learning.datasets import synthetic_mot
+    sequence = mot_sequences.read_sequence(synthetic_mot.write_mot_sequence(
         str(tmp_path), num_pairs=2, num_frames=40, seed=5, name="REG-01"))
 
     def every_box_alone(rows, features, num_frames, matches=None, n_init=3):
@@ -778,8 +780,8 @@ def test_motion_row_is_deep_sort_with_neutral_appearance(tmp_path):
     ``none``'s random features leave only the IoU stage, which loses a
     track missed for two frames. Neither has a gate to calibrate or
     sweep."""
-    from cosine_metric_learning.datasets import synthetic
-    sequence = mot_sequences.read_sequence(synthetic.write_mot_sequence(
+    from cosine_metric_learning.datasets import synthetic_mot
+    sequence = mot_sequences.read_sequence(synthetic_mot.write_mot_sequence(
         str(tmp_path), num_pairs=3, num_frames=120, seed=3, name="MOT-01"))
     rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
     features = appearance.FeatureCache().features("motion", sequence, rows)
@@ -805,8 +807,8 @@ def test_motion_trackers_are_roboflows_called_directly(tmp_path, name, cls):
     no features, so a model with appearance is refused in one line."""
     trackers = pytest.importorskip("trackers")
     import supervision as sv
-    from cosine_metric_learning.datasets import synthetic
-    sequence = mot_sequences.read_sequence(synthetic.write_mot_sequence(
+    from cosine_metric_learning.datasets import synthetic_mot
+    sequence = mot_sequences.read_sequence(synthetic_mot.write_mot_sequence(
         str(tmp_path), num_pairs=2, num_frames=60, seed=6, name="RF-01"))
     rows = tracking.detection_rows(sequence, "det", 0.3, 1.0)
     ours = tracking.track(rows, None, sequence.num_frames, tracking.DEFAULTS,

@@ -12,8 +12,8 @@ import pytest
 
 from cosine_metric_learning import gates as gate_lib
 from cosine_metric_learning import commands, metrics, mot_sequences, track
-from cosine_metric_learning import tracking
-from cosine_metric_learning.datasets import image_folder, synthetic
+from cosine_metric_learning import track_report, tracking
+from cosine_metric_learning.datasets import image_folder, synthetic_mot
 from cosine_metric_learning.datasets import linking, tracklets
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from tests.conftest import one_error_line, run_script
@@ -167,7 +167,7 @@ def test_refined_sweep_between_the_best_gates_neighbours():
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):
     """Two pairs of unseen people who cross behind a pillar."""
-    return synthetic.write_mot_sequence(
+    return synthetic_mot.write_mot_sequence(
         str(tmp_path_factory.mktemp("scene")), num_pairs=2, num_frames=80,
         seed=9, name="SCENE-01")
 
@@ -281,7 +281,7 @@ def test_the_score_scale_and_what_each_threshold_keeps():
     rows = np.asarray([_row(1, 0, c) for c in (20.0, 35.5, 90.0, 150.0)])
     sequence = mot_sequences.Sequence("ACF-01", "ACF-01", 1, (100, 100, 3),
                                       [], rows, None)
-    line = mot_sequences.describe_scores(
+    line = tracking.describe_scores(
         sequence, [("--track_min_confidence", 0.3), ("--min_confidence", 90),
                    ("--cut", 151)])
     assert line == (
@@ -316,7 +316,7 @@ def test_every_threshold_on_detections_is_a_flag_the_message_names(
     manifest = tracklets.extract([str(high)], str(tmp_path / "out"),
                                  track_min_confidence=30, min_confidence=0.5)
     sequence = mot_sequences.read_sequence(str(high))
-    assert mot_sequences.describe_scores(sequence, [
+    assert tracking.describe_scores(sequence, [
         ("--track_min_confidence", 30), ("--min_confidence", 0.5)]) in \
         absl_log.text
     assert "--min_confidence=0.5 keeps 293 (every one: it cuts nothing " \
@@ -339,14 +339,15 @@ def test_track_with_the_self_calibrated_gate(scene, trained, tmp_path):
     assert os.path.isfile(os.path.join(entry["runs"][0]["results"],
                                        "SCENE-01.txt"))
     assert "; used, as --max_cosine_distance=auto asks" in \
-        track.format_gates(entry, track.parse_gate("Auto"))
+        track_report.format_gates(entry, track.parse_gate("Auto"))
     with pytest.raises(UsageError, match="max_cosine_distance='often'"):
         track.parse_gate("often")
 
 
 def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path,
                                                    monkeypatch):
-    from cosine_metric_learning import adapt, encoder as encoder_lib
+    from cosine_metric_learning import adapt, adapt_report
+    from cosine_metric_learning import encoder as encoder_lib
     out = tmp_path / "adapted"
     report = adapt.adapt(trained[0], [scene], str(out), number_of_steps=3,
                          batch_size=16)
@@ -455,7 +456,7 @@ def test_adapt_from_unlabeled_video_in_one_command(scene, trained, tmp_path,
                                encoder_lib.load(source)(patches), atol=1e-4)
     assert np.abs(encoder_lib.load(report["adapted"])(patches)
                   - encoder_lib.load(trained[0])(patches)).max() > 1e-4
-    print(adapt.format_report(report))
+    print(adapt_report.format_report(report))
     # what the run is made of, for a rerun to compare
     assert report["model"] == trained[0]
     assert report["checkpoint"]["path"] == os.path.abspath(trained[0])
@@ -535,7 +536,7 @@ def test_adapt_refuses_before_the_work_and_leaves_nothing_behind(
     (tmp_path / "a_file").write_text("mine")
     with pytest.raises(ArgumentError) as error:
         adapt.adapt(trained[0], [scene], str(tmp_path / "a_file"))
-    assert error.value.for_flags(commands.flag_names(adapt.SETTINGS)) == (
+    assert error.value.for_flags(commands.flag_names(adapt.COMMAND_SETTINGS)) == (
         f"--output_dir={tmp_path / 'a_file'}: it is a file; expected a new "
         "or empty folder, or an earlier output of this command")
     assert (tmp_path / "a_file").read_text() == "mine"
@@ -561,7 +562,7 @@ def test_adapt_refuses_before_the_work_and_leaves_nothing_behind(
     # the thresholds a refusal names are flags of the command, and a
     # refused run leaves no folder: a 5-frame sequence has no tracklet,
     # scores below the tracker's cut leave no detection
-    short = synthetic.write_mot_sequence(str(tmp_path / "short"),
+    short = synthetic_mot.write_mot_sequence(str(tmp_path / "short"),
                                          num_pairs=2, num_frames=5, seed=9,
                                          name="SHORT-01")
     low = _scaled(scene, tmp_path / "low", 0.1)

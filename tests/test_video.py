@@ -14,7 +14,7 @@ import pytest
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import mot_sequences, track, tracking
 from cosine_metric_learning.datasets import mot as mot_crops
-from cosine_metric_learning.datasets import synthetic, tracklets, video
+from cosine_metric_learning.datasets import synthetic_mot, tracklets, video
 from cosine_metric_learning.errors import UsageError
 from tests.conftest import ROOT, one_error_line, run_script
 
@@ -25,7 +25,7 @@ cv2 = pytest.importorskip("cv2")
 def scene(tmp_path_factory):
     """A short synthetic sequence and the same frames as an MJPG video
     (a codec OpenCV writes everywhere)."""
-    folder = synthetic.write_mot_sequence(
+    folder = synthetic_mot.write_mot_sequence(
         str(tmp_path_factory.mktemp("scene")), num_pairs=2, num_frames=40,
         seed=5, name="VID-01")
     path = os.path.join(os.path.dirname(folder), "scene.avi")

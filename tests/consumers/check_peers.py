@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 
 from cosine_metric_learning import mot_sequences, peers, tracking
-from cosine_metric_learning.datasets import synthetic
+from cosine_metric_learning.datasets import synthetic_mot
 
 
 @pytest.fixture(scope="module")
 def sequence(tmp_path_factory):
-    folder = synthetic.write_mot_sequence(
+    folder = synthetic_mot.write_mot_sequence(
         str(tmp_path_factory.mktemp("mot")), num_pairs=2, num_frames=40,
         seed=5, name="PEERS-01")
     return mot_sequences.read_sequence(folder)

@@ -22,7 +22,7 @@ from PIL import Image
 
 from cosine_metric_learning import checkpoints, deploy, export
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning.datasets import synthetic
+from cosine_metric_learning.datasets import synthetic_people
 from cosine_metric_learning.nets.deep_sort import network_definition
 from tests.reference import spread_kernels
 
@@ -36,18 +36,18 @@ def scene(seed=0):
     """A BGR frame with ``BOXES`` people, each exactly 64x128 at whole
     pixels, their ``xyxy`` boxes, and more crops to calibrate int8 on."""
     rng = np.random.default_rng(seed)
-    cameras = synthetic._cameras(seed)
+    cameras = synthetic_people.cameras(seed)
     frame = np.full(FRAME + (3,), 90, np.uint8)
     boxes = []
     for k in range(BOXES):
         left = 40 + (k % 10) * 180 + int(rng.integers(0, 40))
         top = 100 + (k // 10) * 500 + int(rng.integers(0, 200))
-        person = synthetic.render(synthetic._identity(rng), cameras[k % 6],
+        person = synthetic_people.render(synthetic_people.identity(rng), cameras[k % 6],
                                   rng)
         frame[top:top + 128, left:left + 64] = person[..., ::-1]
         boxes.append((left, top, left + 64, top + 128))
     calibration = np.stack([
-        synthetic.render(synthetic._identity(rng), cameras[k % 6],
+        synthetic_people.render(synthetic_people.identity(rng), cameras[k % 6],
                          rng)[..., ::-1] for k in range(100)])
     return frame, np.asarray(boxes, np.float32), calibration
 

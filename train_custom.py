@@ -60,13 +60,9 @@ def make_dataset(template, values):
             dataset_dir, values.layout, values.camera_regex,
             values.min_frame_gap)
 
-    num_classes, names = 0, None
-    if values.mode is cli.Mode.TRAIN:
-        names = read_train(values.dataset_dir).label_names
-        num_classes = len(names)
+    # training numbers the identities (datasets.spec.relabelled)
     return cli.with_image_shape(dataclasses.replace(
-        template, read_train=read_train, read_test=read_test,
-        num_classes=num_classes, label_names=names), values)
+        template, read_train=read_train, read_test=read_test), values)
 
 
 if __name__ == "__main__":

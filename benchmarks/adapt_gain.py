@@ -56,8 +56,8 @@ def main(argv=None):
                          batch_size=args.batch_size, export="none")
     if isinstance(report, int):
         return report
-    models = [track.NONE, track.IDENTITY, args.model, report["adapted"]]
-    names = {track.NONE: "motion only", track.IDENTITY: "identity",
+    models = [track.MOTION, track.IDENTITY, args.model, report["adapted"]]
+    names = {track.MOTION: "motion", track.IDENTITY: "identity",
              args.model: "model", report["adapted"]: "adapted"}
     summary = track.evaluate(
         models, [mot_sequences.read_sequence(s) for s in held_out], "det",
@@ -79,7 +79,7 @@ def main(argv=None):
             "best_IDF1": best["metrics"]["COMBINED"]["IDF1"]}
         row = table[names[model]]
         # identity has no calibrated gate: it tracks at Deep SORT's 0.2
-        gate = ("-" if model in (track.NONE, track.IDENTITY)
+        gate = ("-" if model in (track.MOTION, track.IDENTITY)
                 else f"{row['calibrated_gate']:.4f}")
         print(f"{names[model]:12s} {gate:>10s} "
               f"{100 * row['calibrated_IDF1']:6.1f} "

@@ -104,7 +104,7 @@ def _test(dataset_dir, restore_path, tracking, real_crops=None):
 
 
 def tracking_of(sequences, folder):
-    """A function of a model (or ``track.NONE``) giving the IDF1 of
+    """A function of a model (or ``track.MOTION``) giving the IDF1 of
     tracking ``sequences`` (scored together) with it at its
     self-calibrated gate (``auto``, the gate the project recommends) and
     at the best gate of the sweep; each in a new folder under ``folder``."""
@@ -188,7 +188,7 @@ def main(argv=None):
                  for s in synthetic_mot.write_mot_scenes(
                     os.path.join(tmp, "scenes"), args.scenes,
                     args.look_alike)], os.path.join(tmp, "tracking"))
-            metrics, motion = METRICS + TRACKING, tracking(track.NONE)
+            metrics, motion = METRICS + TRACKING, tracking(track.MOTION)
         if args.real_crops:
             metrics += (REAL,)
         untrained = None
@@ -220,7 +220,7 @@ def main(argv=None):
     print(f"{'run':32s} {'train s':>8s} " + " ".join(
         f"{m:>{width}s}" for m in metrics))
     if motion:
-        print(f"{'motion only':32s} {'':8s} " + " ".join(
+        print(f"{'motion (one feature a box)':32s} {'':8s} " + " ".join(
             f"{_spread([motion[m]]) if m in motion else '':>{width}s}"
             for m in metrics))
     print(f"{'untrained':32s} {'':8s} " + " ".join(

@@ -29,6 +29,7 @@ from cosine_metric_learning import run_settings, sampling
 from cosine_metric_learning import step_control, summaries
 from cosine_metric_learning.errors import TrainingError, UsageError
 from cosine_metric_learning.errors import first_line
+from cosine_metric_learning.datasets import spec as dataset_spec
 from cosine_metric_learning.datasets import util as dataset_util
 from cosine_metric_learning.nets.deep_sort import network_definition
 
@@ -461,7 +462,9 @@ def run(dataset, config, image_shape=None):
     A continued run trains its own network at its own input size (unless
     ``image_shape`` says otherwise); a new run trains the network of the
     model it starts from (``config.restore_path``), at a TF1 release's
-    input size."""
+    input size. The training identities are numbered as the dataset's
+    spec asks (:func:`datasets.spec.relabelled`)."""
+    dataset = dataset_spec.relabelled(dataset, config.dataset_dir)
     described = run_settings.describe(config.run_dir) if os.path.isdir(
         config.run_dir) else None
     if described is not None:

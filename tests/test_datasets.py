@@ -237,3 +237,53 @@ def test_a_scene_too_short_for_every_crossing_is_written_with_a_warning(
     assert warnings == [f"SCENE-01: {needed - 1} frames are too few for 1 "
                         f"pairs: the last never get past the pillar (every "
                         f"pair has from frame {needed})"]
+
+
+def test_the_registry_holds_the_original_datasets_once():
+    from cosine_metric_learning.datasets import spec
+    assert {"market1501", "mars", "veri"} <= set(spec.DATASETS)
+    assert spec.get_dataset("mars") is spec.MARS
+    with pytest.raises(ValueError, match="registered already"):
+        spec.register(spec.MARKET1501)
+    with pytest.raises(UsageError, match="unknown dataset 'duke'.*market1501"):
+        spec.get_dataset("duke")
+
+
+def test_sparse_ids_are_relabelled_and_the_originals_keep_theirs(
+        market_dir, tmp_path):
+    """A dataset whose ids are spread (as DukeMTMC's: 702 training
+    identities up to 7,140) trains a classifier of a row per identity and
+    records the numbering; the original's datasets keep their ids as the
+    rows, as Deep SORT's published model has them."""
+    import dataclasses
+    import json
+
+    import tensorflow as tf
+
+    from cosine_metric_learning import training
+    from cosine_metric_learning.datasets import spec
+    from tests.conftest import small_config
+    split = market1501.read_train_split_to_str(market_dir)
+    raw = np.unique(split.ids)
+    assert raw.max() > len(raw)  # spread: relabelling changes the rows
+    assert spec.relabelled(spec.MARKET1501, market_dir) is spec.MARKET1501
+    sparse = dataclasses.replace(spec.MARKET1501, name="sparse",
+                                 relabel=True)
+    numbered = spec.relabelled(sparse, market_dir)
+    assert numbered.num_classes == len(raw)
+    assert numbered.label_names == [str(i) for i in raw]
+    relabelled = numbered.read_train(market_dir)
+    np.testing.assert_array_equal(raw[relabelled.ids], split.ids)
+    np.testing.assert_array_equal(relabelled.filenames, split.filenames)
+    # one step through training.run: the classifier has len(raw) rows
+    config = small_config(market_dir, tmp_path, "sparse",
+                          loss_mode="cosine-softmax", number_of_steps=1)
+    assert training.run(sparse, config) == 0
+    labels = json.loads((tmp_path / "sparse" / "labels.json").read_text())
+    assert labels["labels"] == {str(k): str(i) for k, i in enumerate(raw)}
+    # the cosine-softmax head's class means: 128 x classes
+    shapes = tf.train.load_checkpoint(
+        str(tmp_path / "sparse")).get_variable_to_shape_map().values()
+    heads = {shape[1] for shape in shapes
+             if len(shape) == 2 and shape[0] == 128}
+    assert heads == {len(raw)}

@@ -19,7 +19,7 @@ import scipy.optimize
 
 from cosine_metric_learning import encoder as encoder_lib
 from cosine_metric_learning import frame_io, gates, mot_sequences, peers
-from cosine_metric_learning import tracking
+from cosine_metric_learning import metrics, tracking
 from cosine_metric_learning.datasets import tracklets
 
 MOTION = "motion"
@@ -142,3 +142,38 @@ def calibrate(model, sequences, rows_of, parameters, cache):
     if gate is not None:
         gate["conventions"] = dict(gates.gate_settings(gate["gate"]))
     return gate
+
+
+# the visibility a ground-truth box needs to be used for the gate found
+# on the ground truth
+GATE_MIN_VISIBILITY = 0.5
+
+
+def ground_truth_gate(sequence, model, cache,
+                      classes=mot_sequences.PEDESTRIANS):
+    """The equal-error cosine gate on the ground truth: a track's own
+    boxes ``gates.GATE_FRAME_GAP`` frames apart against different tracks' boxes
+    in the same frame (boxes of ``classes`` to be considered, at least
+    ``GATE_MIN_VISIBILITY`` visible); None where there are no such
+    pairs."""
+    gt = sequence.ground_truth
+    if gt is None:
+        return None
+    rows = gt[mot_sequences.considered(gt, classes) & (gt[:, 8] >=
+                                                       GATE_MIN_VISIBILITY)]
+    features = cache.features(model, sequence, rows[:, :7], GROUND_TRUTH)
+    where = {(int(f), int(t)): i for i, (f, t) in enumerate(rows[:, :2])}
+    same, different = [], []
+    for (frame, track), i in where.items():
+        later = where.get((frame + gates.GATE_FRAME_GAP, track))
+        if later is not None:
+            same.append((i, later))
+    for frame in np.unique(rows[:, 0]):
+        index = np.flatnonzero(rows[:, 0] == frame)
+        different += [(index[a], index[b]) for a in range(len(index))
+                      for b in range(a + 1, len(index))]
+    if not same or not different:
+        return None
+    distances = metrics.pair_cosine_distances(features, same + different)
+    labels = np.array([True] * len(same) + [False] * len(different))
+    return metrics.equal_error_gate(distances, labels)["threshold"]

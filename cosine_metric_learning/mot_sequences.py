@@ -342,6 +342,18 @@ def _frame_number(path):
     return int(stem) if stem.isdigit() else None
 
 
+def frame_rate(sequence, default=25.0):
+    """The sequence's frames per second (``seqinfo.ini``'s ``frameRate``),
+    ``default`` where it has none."""
+    parser = configparser.ConfigParser()
+    parser.read(os.path.join(sequence.path, "seqinfo.ini"))
+    try:
+        rate = float(parser["Sequence"]["frameRate"])
+    except (KeyError, ValueError):
+        return default
+    return rate if rate > 0 else default
+
+
 def _read_sequence_info(folder):
     """Name, length, frame shape and frame paths from
     ``seqinfo.ini`` and the frames it names."""

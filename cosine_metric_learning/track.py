@@ -41,8 +41,10 @@ import numpy as np
 from absl import app, logging
 
 from cosine_metric_learning import appearance, backends, commands
-from cosine_metric_learning import files, formats, gates, metrics
-from cosine_metric_learning import mot_sequences, peers, track_report
+from cosine_metric_learning import files, formats, gates
+from cosine_metric_learning import mot_sequences, peers, report_page
+from cosine_metric_learning import track_report
+from cosine_metric_learning import render as render_lib
 from cosine_metric_learning import tracking
 from cosine_metric_learning.errors import ArgumentError, UsageError
 from cosine_metric_learning.commands import one_of, setting
@@ -60,7 +62,6 @@ AUTO = gates.AUTO
 # frames between the two boxes of a same-track pair for the ground-truth
 # gate, and the visibility a box needs to be used for it
 GATE_FRAME_GAP = gates.GATE_FRAME_GAP
-GATE_MIN_VISIBILITY = 0.5
 DETECTIONS_NPY = files.Kind(
     "a detections file written by this command (a .npy of det.txt rows "
     "and their features)", lambda path: np.load(path, mmap_mode="r").ndim
@@ -88,37 +89,6 @@ def write_detections_file(path, rows, features):
 
 
 # Tracking -------------------------------------------------------------------
-
-def ground_truth_gate(sequence, model, cache,
-                      classes=mot_sequences.PEDESTRIANS):
-    """The equal-error cosine gate on the ground truth: a track's own
-    boxes ``GATE_FRAME_GAP`` frames apart against different tracks' boxes
-    in the same frame (boxes of ``classes`` to be considered, at least
-    ``GATE_MIN_VISIBILITY`` visible); None where there are no such
-    pairs."""
-    gt = sequence.ground_truth
-    if gt is None:
-        return None
-    rows = gt[mot_sequences.considered(gt, classes) & (gt[:, 8] >=
-                                                       GATE_MIN_VISIBILITY)]
-    features = cache.features(model, sequence, rows[:, :7],
-                              appearance.GROUND_TRUTH)
-    where = {(int(f), int(t)): i for i, (f, t) in enumerate(rows[:, :2])}
-    same, different = [], []
-    for (frame, track), i in where.items():
-        later = where.get((frame + GATE_FRAME_GAP, track))
-        if later is not None:
-            same.append((i, later))
-    for frame in np.unique(rows[:, 0]):
-        index = np.flatnonzero(rows[:, 0] == frame)
-        different += [(index[a], index[b]) for a in range(len(index))
-                      for b in range(a + 1, len(index))]
-    if not same or not different:
-        return None
-    distances = metrics.pair_cosine_distances(features, same + different)
-    labels = np.array([True] * len(same) + [False] * len(different))
-    return metrics.equal_error_gate(distances, labels)["threshold"]
-
 
 # The command ----------------------------------------------------------------
 
@@ -195,7 +165,7 @@ def _safe(label):
 
 def evaluate(models, sequences, detections, output_dir, sweep,
              parameters=None, cache=None, classes=mot_sequences.PEDESTRIANS,
-             backend="auto", tracker=tracking.DEEP_SORT):
+             backend="auto", tracker=tracking.DEEP_SORT, render=False):
     """Track every sequence with every model at ``parameters`` (the keys
     of :data:`tracking.DEFAULTS`; default those) and, with ``sweep``, every
     gate and budget of the grid; score the boxes of ``classes`` (see
@@ -203,7 +173,10 @@ def evaluate(models, sequences, detections, output_dir, sweep,
     ``output_dir`` (empty, or an earlier output) is written whole or not
     at all, with ``summary.json``; the models run on ``backend`` (see
     :func:`encoder.load`); ``tracker`` is a name of
-    :data:`tracking.TRACKERS`. Returns the summary."""
+    :data:`tracking.TRACKERS`; with ``render`` each model's tracks at
+    ``parameters`` are drawn on each sequence's frames (a video and, with
+    ground truth, its moments: :mod:`render`). ``report.html`` shows it
+    all (:mod:`report_page`). Returns the summary."""
     chosen = tracking.get_tracker(tracker)
     if chosen.gate is None:
         tracking.require_roboflow_trackers()
@@ -259,10 +232,15 @@ def evaluate(models, sequences, detections, output_dir, sweep,
             summary["files"].append(os.path.join(*parts))
             return os.path.join(tmp, *parts)
 
+        drawn = {}
         for model in models:
+            drawn[model] = {} if render else None
             summary["models"][model] = _track_model(
                 model, labels[model], sequences, scored, rows_of, base,
-                sweep, cache, classes, output_dir, written, tracker)
+                sweep, cache, classes, output_dir, written, tracker,
+                drawn[model])
+        report_page.write_page(written(report_page.PAGE_NAME), summary,
+                               {m: d for m, d in drawn.items() if d})
         with open(written(SUMMARY_NAME), "w") as f:
             json.dump(summary, f, indent=1)
 
@@ -272,9 +250,12 @@ def evaluate(models, sequences, detections, output_dir, sweep,
 
 def _track_model(model, label, sequences, scored, rows_of, base, sweep,
                  cache, classes, output_dir, written,
-                 tracker=tracking.DEEP_SORT):
+                 tracker=tracking.DEEP_SORT, drawn=None):
     """A model's entry of the summary; its files through ``written(*parts
-    of the path in output_dir)``, which gives the path to write."""
+    of the path in output_dir)``, which gives the path to write; with
+    ``drawn`` (a dict), the tracks of ``base`` drawn on each sequence
+    (:func:`render.draw`), what the report needs of them in
+    ``drawn``."""
     path = None if model == NONE else model
     folder = _safe(label)
     entry = {"label": label, "folder": os.path.join(output_dir, folder)}
@@ -305,6 +286,9 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
                     written(folder, f"{sequence.name}.npy"), rows, features)
             tracked = tracking.track(rows, features, sequence.num_frames,
                                      setting, tracker)
+            if drawn is not None and not runs:
+                drawn[sequence.name] = render_lib.draw(
+                    sequence, tracked, folder, written, classes)
             results[sequence.name] = written(folder, name,
                                              f"{sequence.name}.txt")
             tracking.write_results(results[sequence.name], tracked)
@@ -329,7 +313,7 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
         entry["best"] = max(
             runs, key=lambda r: r["metrics"]["COMBINED"]["IDF1"])
         if model not in appearance.NO_APPEARANCE:
-            gates = [ground_truth_gate(s, path, cache, classes)
+            gates = [appearance.ground_truth_gate(s, path, cache, classes)
                      for s in scored]
             gates = [g for g in gates if g is not None]
             entry["ground_truth_gate"] = (float(np.median(gates))
@@ -397,18 +381,19 @@ def main(argv):
         output_dir = config.output_dir
         summary = evaluate(models, sequences, config.detections, output_dir,
                            config.sweep, parameters, _CACHE, classes,
-                           config.backend, config.tracker)
+                           config.backend, config.tracker, config.render)
         print(track_report.format_table(summary))
         if not any(s.ground_truth is not None for s in sequences):
             print("no sequence has gt/gt.txt: tracked, not scored")
         for model, entry in summary["models"].items():
             if model not in appearance.NO_APPEARANCE:
                 print(f"\n{model}:")
-                print(track_report.format_gates(entry, parameters["max_cosine_distance"],
-                                   model, [s.name for s in sequences
-                                           if s.video is not None],
-                                   len(sequences)))
-        print(f"wrote {os.path.join(output_dir, SUMMARY_NAME)}")
+                print(track_report.format_gates(
+                    entry, parameters["max_cosine_distance"], model,
+                    [s.name for s in sequences if s.video is not None],
+                    len(sequences)))
+        print(f"wrote {os.path.join(output_dir, SUMMARY_NAME)} and "
+              f"{os.path.join(output_dir, report_page.PAGE_NAME)}")
         return 0
 
     return commands.run(argv, run, [TrackConfig])
@@ -474,6 +459,12 @@ class TrackConfig:
     nms_max_overlap: float = setting(
         DEFAULTS["nms_max_overlap"], "--detections=det: non-maximum "
         "suppression (1.0: none).")
+    render: bool = setting(
+        False, "Also draw each model's tracks (at the gate given) on each "
+        "sequence's frames: MODEL/SEQUENCE.webm (VP8; .mp4 or .avi where "
+        "OpenCV writes no VP8) and, with ground truth, "
+        "MODEL/SEQUENCE.moments.json, the frames where a person's track "
+        "changed or was lost; report.html shows them.")
 
 
 if __name__ == "__main__":

@@ -403,7 +403,8 @@ def test_models_and_sequences_given_twice(short_dir, trained, tmp_path):
     for folder in folders:
         assert os.path.isfile(os.path.join(folder, "SHORT-01.npy"))
     assert sorted(os.listdir(out)) == sorted(
-        [os.path.basename(f) for f in folders] + ["summary.json"])
+        [os.path.basename(f) for f in folders] + ["report.html",
+                                                  "summary.json"])
     for given, message in (
             ([models[0], models[0] + "/../ckpt-1"], "is given twice"),
             (["none", "none"], "'none' is given twice"),
@@ -426,7 +427,7 @@ def test_the_output_folder_is_whole_and_keeps_what_is_not_its_own(
                    str(out), sweep=False)
     first = json.loads((out / "summary.json").read_text())
     assert sorted(first["files"]) == ["none/gate0.2_budget100/SHORT-01.txt",
-                                      "summary.json"]
+                                      "report.html", "summary.json"]
     # a rerun replaces its own output; a user's file in it is kept and
     # the rerun refused before the work
     track.evaluate(["none"], [mot_sequences.read_sequence(short_dir)], "det",

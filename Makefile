@@ -146,7 +146,8 @@ test-consumers: install $(CONSUMERS_VENV)/.installed
 	cd $(CONSUMERS_DIR) && $(abspath $(CONSUMERS_VENV))/bin/python \
 		$(abspath tests/consumers/check_boxmot.py) .
 	$(CONSUMERS_VENV)/bin/python -m pytest -q --noconftest \
-		tests/consumers/check_peers.py tests/consumers/check_gates.py
+		tests/consumers/check_peers.py tests/consumers/check_gates.py \
+		tests/consumers/check_trackers.py
 
 benchmark: install
 	$(PY) benchmarks/input_pipeline.py

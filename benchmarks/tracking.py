@@ -63,8 +63,8 @@ def write_sequence(folder, frames, seed=0):
             w = h // 2
             x = int(rng.uniform(0, WIDTH - w))
             y = int(rng.uniform(0, HEIGHT - h))
-            person = synthetic_people.render(people[(frame + k) % len(people)],
-                                      cameras[k % 6], rng)
+            person = synthetic_people.render(
+                people[(frame + k) % len(people)], cameras[k % 6], rng)
             image[y:y + h, x:x + w] = np.asarray(
                 Image.fromarray(person).resize((w, h)))
             rows.append((frame, -1, x, y, w, h, 0.9))

@@ -128,3 +128,29 @@ def box_overlaps(a, b):
     inter = box_intersections(a, b)
     union = (a[:, 2] * a[:, 3])[:, None] + b[:, 2] * b[:, 3] - inter
     return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def non_max_suppression(boxes, scores, max_overlap):
+    """Indices of the boxes ``(N, 4)`` as ``(left, top, width, height)``
+    kept by greedy non-maximum suppression, highest score first, as Deep
+    SORT's application does (``max_overlap`` 1.0 keeps all)."""
+    if len(boxes) == 0 or max_overlap >= 1.0:
+        return np.arange(len(boxes))
+    x1, y1 = boxes[:, 0], boxes[:, 1]
+    x2, y2 = x1 + boxes[:, 2], y1 + boxes[:, 3]
+    area = (x2 - x1 + 1) * (y2 - y1 + 1)
+    order = list(np.argsort(scores))
+    keep = []
+    while order:
+        i = order.pop()
+        keep.append(i)
+        rest = np.array(order, int)
+        if not len(rest):
+            break
+        w = np.maximum(0, np.minimum(x2[i], x2[rest]) - np.maximum(
+            x1[i], x1[rest]) + 1)
+        h = np.maximum(0, np.minimum(y2[i], y2[rest]) - np.maximum(
+            y1[i], y1[rest]) + 1)
+        overlap = w * h / area[rest]
+        order = [j for j, o in zip(order, overlap) if o <= max_overlap]
+    return np.array(sorted(keep), int)

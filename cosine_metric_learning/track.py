@@ -178,8 +178,9 @@ def evaluate(models, sequences, detections, output_dir, sweep,
     ground truth, its moments: :mod:`render`). ``report.html`` shows it
     all (:mod:`report_page`). Returns the summary."""
     chosen = tracking.get_tracker(tracker)
+    if chosen.require is not None:
+        chosen.require()
     if chosen.gate is None:
-        tracking.require_roboflow_trackers()
         with_appearance = [m for m in models
                            if m not in appearance.NO_APPEARANCE]
         if with_appearance:
@@ -285,7 +286,7 @@ def _track_model(model, label, sequences, scored, rows_of, base, sweep,
                 write_detections_file(
                     written(folder, f"{sequence.name}.npy"), rows, features)
             tracked = tracking.track(rows, features, sequence.num_frames,
-                                     setting, tracker)
+                                     setting, tracker, sequence=sequence)
             if drawn is not None and not runs:
                 drawn[sequence.name] = render_lib.draw(
                     sequence, tracked, folder, written, classes)

@@ -27,7 +27,8 @@ import numpy as np
 from absl import logging
 
 from cosine_metric_learning import encoder as encoder_lib
-from cosine_metric_learning import files, mot_sequences
+from cosine_metric_learning import boxmot_trackers, files, frame_io
+from cosine_metric_learning import mot_sequences
 from cosine_metric_learning.errors import ArgumentError, UsageError
 # the metrics the tracking evaluation reports
 METRICS = ("HOTA", "DetA", "AssA", "IDF1", "MOTA", "IDSW")
@@ -176,32 +177,6 @@ def require_tracker():
     return DeepSort
 
 
-def non_max_suppression(boxes, scores, max_overlap):
-    """Indices of the boxes ``(N, 4)`` as ``(left, top, width, height)``
-    kept by greedy non-maximum suppression, highest score first, as Deep
-    SORT's application does (``max_overlap`` 1.0 keeps all)."""
-    if len(boxes) == 0 or max_overlap >= 1.0:
-        return np.arange(len(boxes))
-    x1, y1 = boxes[:, 0], boxes[:, 1]
-    x2, y2 = x1 + boxes[:, 2], y1 + boxes[:, 3]
-    area = (x2 - x1 + 1) * (y2 - y1 + 1)
-    order = list(np.argsort(scores))
-    keep = []
-    while order:
-        i = order.pop()
-        keep.append(i)
-        rest = np.array(order, int)
-        if not len(rest):
-            break
-        w = np.maximum(0, np.minimum(x2[i], x2[rest]) - np.maximum(
-            x1[i], x1[rest]) + 1)
-        h = np.maximum(0, np.minimum(y2[i], y2[rest]) - np.maximum(
-            y1[i], y1[rest]) + 1)
-        overlap = w * h / area[rest]
-        order = [j for j, o in zip(order, overlap) if o <= max_overlap]
-    return np.array(sorted(keep), int)
-
-
 def check_parameters(parameters):
     """ArgumentError naming a tracking parameter (a key of
     :data:`DEFAULTS`) out of its range."""
@@ -258,7 +233,7 @@ def detection_rows(sequence, detections, min_confidence, nms_max_overlap,
     kept = []
     for frame in np.unique(rows[:, 0]):
         in_frame = rows[rows[:, 0] == frame]
-        kept.append(in_frame[non_max_suppression(
+        kept.append(in_frame[frame_io.non_max_suppression(
             in_frame[:, 2:6], in_frame[:, 6], nms_max_overlap)])
     return np.concatenate(kept) if kept else rows[:, :7]
 
@@ -375,7 +350,9 @@ class Tracker:
     :data:`DEFAULTS`); ``gate``: the one that gates appearance by the
     cosine distance (what self-calibration sets), None for a tracker of
     motion alone (it takes no features); ``sweep``: the values a sweep
-    tries of each swept parameter (none: no sweep).
+    tries of each swept parameter (none: no sweep); ``frames``: ``run``
+    takes the ``sequence`` too (for its frames); ``require()``: a
+    UsageError saying what to install where its package is missing.
     """
     name: str
     title: str
@@ -383,6 +360,8 @@ class Tracker:
     gate: str
     run: Callable
     sweep: dict
+    frames: bool = False
+    require: Callable = None
 
 
 def require_roboflow_trackers():
@@ -436,14 +415,25 @@ TRACKERS = {
         TRACKER_PARAMETERS, "max_cosine_distance", run_tracker,
         {"max_cosine_distance": (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,
                                  0.3),
-         "nn_budget": (100,)}),
+         "nn_budget": (100,)}, require=require_tracker),
     # motion alone, from roboflow's trackers 2.6 at their defaults
     **{name: Tracker(name, f"{title} (roboflow's trackers, motion alone, "
-                     "at its defaults)", (), None, _motion_tracker(cls), {})
+                     "at its defaults)", (), None, _motion_tracker(cls), {},
+                     require=require_roboflow_trackers)
        for name, title, cls in (
            ("sort", "SORT", "SORTTracker"),
            ("bytetrack", "ByteTrack", "ByteTrackTracker"),
            ("ocsort", "OC-SORT", "OCSORTTracker"))},
+    # with appearance, in a process of its own (BoxMOT brings PyTorch)
+    boxmot_trackers.BOTSORT: Tracker(
+        boxmot_trackers.BOTSORT, "BoT-SORT (BoxMOT's, with "
+        "re-identification from the model's features, at its defaults)",
+        ("max_cosine_distance",), "max_cosine_distance",
+        boxmot_trackers.run_botsort, {
+            "max_cosine_distance": (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4,
+                                    0.5),
+            "nn_budget": (100,)}, frames=True,
+        require=boxmot_trackers.check),
 }
 
 
@@ -456,12 +446,14 @@ def get_tracker(name):
 
 
 def track(rows, features, num_frames, settings, tracker=DEEP_SORT,
-          matches=None):
+          matches=None, sequence=None):
     """Run the ``tracker`` (a name of :data:`TRACKERS`) with the settings
     it takes of ``settings`` (a dict of :data:`DEFAULTS`' keys, more
-    allowed): the one seam every command tracks through."""
+    allowed), and the ``sequence`` where it reads the frames: the one
+    seam every command tracks through."""
     entry = get_tracker(tracker)
-    return entry.run(rows, features, num_frames, matches=matches,
+    extra = {"sequence": sequence} if entry.frames else {}
+    return entry.run(rows, features, num_frames, matches=matches, **extra,
                      **{k: settings[k] for k in entry.parameters})
 
 

@@ -69,8 +69,8 @@ def test_non_max_suppression_keeps_the_best_of_overlapping_boxes():
     boxes = np.array([[0, 0, 10, 10], [1, 1, 10, 10], [50, 50, 10, 10]],
                      float)
     scores = np.array([0.5, 0.9, 0.7])
-    assert tracking.non_max_suppression(boxes, scores, 0.5).tolist() == [1, 2]
-    assert tracking.non_max_suppression(boxes, scores, 1.0).tolist() == [0, 1,
+    assert frame_io.non_max_suppression(boxes, scores, 0.5).tolist() == [1, 2]
+    assert frame_io.non_max_suppression(boxes, scores, 1.0).tolist() == [0, 1,
                                                                          2]
 
 
@@ -834,3 +834,19 @@ def test_motion_trackers_are_roboflows_called_directly(tmp_path, name, cls):
     with pytest.raises(UsageError, match="takes no features"):
         track.evaluate(["none", "identity"], [sequence], "det",
                        str(tmp_path / "other"), sweep=False, tracker=name)
+
+
+def test_botsort_without_boxmot_is_one_line(short_dir, tmp_path):
+    """``--tracker=botsort`` runs BoxMOT's BoT-SORT, which brings PyTorch
+    and is not installed by ``make test``: one line naming what to
+    install, before any work (its tracks are checked against BoxMOT in
+    tests/consumers/check_trackers.py)."""
+    import importlib.util
+    if importlib.util.find_spec("boxmot") is not None:
+        pytest.skip("BoxMOT is installed here")
+    result = run_script("-m", "cosine_metric_learning.track",
+                        "--tracker=botsort", "--model=motion",
+                        f"--sequences={short_dir}",
+                        f"--output_dir={tmp_path / 'out'}")
+    one_error_line(result, "--tracker=botsort", "boxmot==25")
+    assert not (tmp_path / "out").exists()

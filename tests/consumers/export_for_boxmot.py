@@ -42,13 +42,14 @@ def scene(seed=0):
     for k in range(BOXES):
         left = 40 + (k % 10) * 180 + int(rng.integers(0, 40))
         top = 100 + (k // 10) * 500 + int(rng.integers(0, 200))
-        person = synthetic_people.render(synthetic_people.identity(rng), cameras[k % 6],
-                                  rng)
+        person = synthetic_people.render(synthetic_people.identity(rng),
+                                         cameras[k % 6], rng)
         frame[top:top + 128, left:left + 64] = person[..., ::-1]
         boxes.append((left, top, left + 64, top + 128))
     calibration = np.stack([
-        synthetic_people.render(synthetic_people.identity(rng), cameras[k % 6],
-                         rng)[..., ::-1] for k in range(100)])
+        synthetic_people.render(synthetic_people.identity(rng),
+                                cameras[k % 6], rng)[..., ::-1]
+        for k in range(100)])
     return frame, np.asarray(boxes, np.float32), calibration
 
 

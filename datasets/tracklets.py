@@ -43,15 +43,14 @@ import math
 import os
 
 import numpy as np
-from absl import app, logging
+from absl import logging
 
-from cosine_metric_learning import commands, files, frame_io, gates
+from cosine_metric_learning import files, frame_io, gates
 from cosine_metric_learning import mot_sequences
 from cosine_metric_learning import tracking
 from cosine_metric_learning.commands import setting
 from cosine_metric_learning.datasets import mot as mot_crops
 from cosine_metric_learning.errors import ArgumentError, UsageError
-from cosine_metric_learning.errors import parse_flags
 
 DEFAULTS = {"min_confidence": 0.5, "max_overlap": 0.1, "min_length": 8,
             "frame_stride": 2, "min_height": 32}
@@ -379,41 +378,6 @@ def extract_sequences(sequences, output_dir, model="none",
     return manifest
 
 
-def format_report(manifest, output_dir):
-    """What was kept and dropped, per sequence and in total, and the
-    gate."""
-    lines = [f"{s['sequence']}: {s['kept']} of {s['boxes']} detections "
-             f"kept, {s['identities']} tracklets"
-             for s in manifest["sources"]]
-    counts = manifest["counts"]
-    lines.append(f"kept {counts['kept']} of {sum(counts.values())} "
-                 f"detections as {len(manifest['identities'])} tracklets in "
-                 f"{output_dir}")
-    for reason, text in REASONS.items():
-        lines.append(f"{counts[reason]:8d} dropped: {text}")
-    gate = manifest.get("gate")
-    if gate:
-        lines.append(f"self-calibrated gate of {manifest['model']}: "
-                     + gates.describe_gate(gate))
-        lines.extend(f"  {tracker}: {setting}" for tracker, setting
-                     in gates.gate_settings(gate["gate"], notes=True))
-    return "\n".join(lines)
-
-
-def main(argv):
-    def run():
-        config = commands.values(TrackletsConfig)
-        cuts = commands.values(CutConfig)
-        tracking.require_tracker()
-        manifest = extract(
-            mot_sequences.find_sequences(config.sequences), config.output_dir,
-            config.model, cuts.track_min_confidence, **cuts.cuts)
-        print(format_report(manifest, config.output_dir))
-        return 0
-
-    return commands.run(argv, run, [TrackletsConfig, CutConfig])
-
-
 @dataclasses.dataclass
 class CutConfig:
     """The thresholds applied to the detections: the tracker's and the
@@ -444,22 +408,6 @@ class CutConfig:
         return {name: getattr(self, name) for name in DEFAULTS}
 
 
-@dataclasses.dataclass
-class TrackletsConfig:
-    """The flags of the command beside :class:`CutConfig`."""
-    sequences: str = setting(
-        None, "Comma-separated MOTChallenge sequence folders (img1/ and "
-        "det/det.txt), or parents of them.", arguments=("sequence_folders",),
-        required=True)
-    model: str = setting(
-        "none", "Track with this model's features at its self-calibrated "
-        "gate (anything encoder.load opens), or none: motion alone.",
-        arguments=("path",))
-    output_dir: str = setting(
-        None, "Where the identity folders go (a new or empty folder, or an "
-        "earlier output).", required=True)
-
-
-if __name__ == "__main__":
-    commands.define([TrackletsConfig, CutConfig])
-    app.run(main, flags_parser=parse_flags)
+if __name__ == "__main__":  # the command: tracklets_command.py
+    from cosine_metric_learning.datasets import tracklets_command
+    tracklets_command.run_command()

@@ -248,8 +248,8 @@ def run(args, tmp):
                 "parameters"]["max_cosine_distance"])
                 if "self_calibrated_gate" in calibrated else None),
             "mAP": (reid_map(model, crops) if model not in (
-                track.NONE, track.MOTION, track.IDENTITY, *peers.NAMES)
-                else None)}
+                track.NONE, track.MOTION, track.IDENTITY)
+                and not peers.is_peer(model) else None)}
     for name in args.motion_trackers:
         progress(f"tracking with {name}")
         entry = track.evaluate([track.NONE], scored, "det",

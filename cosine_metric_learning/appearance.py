@@ -67,7 +67,7 @@ class FeatureCache:
             elif model == IDENTITY:
                 features = identity_features(sequence, rows,
                                              boxes == DETECTIONS)
-            elif model in peers.NAMES:
+            elif peers.is_peer(model):
                 features = peers.encode_rows(model, sequence, rows)
             else:
                 features = tracking.encode_rows(self.encoder(model),

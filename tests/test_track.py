@@ -850,3 +850,23 @@ def test_botsort_without_boxmot_is_one_line(short_dir, tmp_path):
                         f"--output_dir={tmp_path / 'out'}")
     one_error_line(result, "--tracker=botsort", "boxmot==25")
     assert not (tmp_path / "out").exists()
+
+
+def test_boxmot_weights_without_boxmot_are_one_line(short_dir, tmp_path):
+    """A BoxMOT model's weights (``osnet_x0_25_msmt17.pth``) are run by
+    BoxMOT in the peers' process; where it is not installed, one line
+    before any work (its features are checked against BoxMOT in
+    tests/consumers/check_peers.py), and a missing file is named."""
+    import importlib.util
+    if importlib.util.find_spec("boxmot") is not None:
+        pytest.skip("BoxMOT is installed here")
+    weights = tmp_path / "osnet_x0_25_msmt17.pth"
+    weights.write_bytes(b"not read")
+    for model, fragment in ((weights, "boxmot"),
+                            (tmp_path / "osnet_x1_0.pt", "no such file")):
+        result = run_script("-m", "cosine_metric_learning.track",
+                            f"--model=motion,{model}",
+                            f"--sequences={short_dir}",
+                            f"--output_dir={tmp_path / 'out'}")
+        one_error_line(result, f"--model={model}", fragment)
+    assert not (tmp_path / "out").exists()

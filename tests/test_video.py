@@ -423,9 +423,11 @@ def test_a_detector_finds_the_boxes_of_a_video(scene, tmp_path):
 
 def test_the_converter_starts_without_tensorflow():
     """``datasets.video --help`` and its refusals come at once: the
-    converter's imports leave TensorFlow out (it loads in seconds)."""
+    converter's imports, its detector's included, leave TensorFlow out
+    (it loads in seconds)."""
     result = run_script("-c", "import sys; import "
                         "cosine_metric_learning.datasets.video; "
+                        "import cosine_metric_learning.detector; "
                         "print('tensorflow' in sys.modules)",
                         env={"TESTS_FORK": "0"})
     assert result.returncode == 0, result.stderr[-2000:]

@@ -59,8 +59,8 @@ def _rgb(track):
 
 
 def _table(summary):
-    head = "".join(f"<th>{m}</th>" for m in ("model", "gate", "budget",
-                                              *tracking.METRICS))
+    columns = ("model", "gate", "budget", *tracking.METRICS)
+    head = "".join(f"<th>{m}</th>" for m in columns)
     rows = []
     for model, entry in summary["models"].items():
         shown = [("", entry["runs"][0])]
@@ -108,8 +108,9 @@ def _plot(entry, number):
     line = " ".join(f"{x(g):.1f},{y(v):.1f}" for g, v in points)
     parts = [f'<svg class="plot" id="plot-{number}" width="{PLOT_WIDTH}" '
              f'height="{PLOT_HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
-             f'<rect x="{MARGIN}" y="{MARGIN}" width="{PLOT_WIDTH - 2 * MARGIN}"'
-             f' height="{PLOT_HEIGHT - 2 * MARGIN}" fill="none" '
+             f'<rect x="{MARGIN}" y="{MARGIN}" '
+             f'width="{PLOT_WIDTH - 2 * MARGIN}" '
+             f'height="{PLOT_HEIGHT - 2 * MARGIN}" fill="none" '
              'stroke="#999"/>',
              f'<polyline points="{line}" fill="none" stroke="#36c" '
              'stroke-width="2"/>']
@@ -132,9 +133,15 @@ def _plot(entry, number):
                      f' x2="{cx:.1f}" y2="{PLOT_HEIGHT - MARGIN}" '
                      'stroke="#090" stroke-dasharray="4 3"><title>'
                      f'self-calibrated gate {calibrated:.4g}</title></line>')
-    parts.append(f'<text x="{MARGIN}" y="{PLOT_HEIGHT - 8}" font-size="11">'
-                 f'gate {points[0][0]:g} to {points[-1][0]:g} (log scale); '
-                 'IDF1 0 to 1</text></svg>')
+    for value in (0.0, 0.5, 1.0):  # the IDF1 axis
+        parts.append(f'<text x="{MARGIN - 4}" y="{y(value) + 4:.1f}" '
+                     f'font-size="10" text-anchor="end">{value:g}</text>')
+    for gate in (points[0][0], points[-1][0]):  # the ends of the gates
+        parts.append(f'<text x="{x(gate):.1f}" y="{PLOT_HEIGHT - MARGIN + 14}"'
+                     f' font-size="10" text-anchor="middle">{gate:g}</text>')
+    parts.append(f'<text x="{MARGIN}" y="{PLOT_HEIGHT - 6}" font-size="11">'
+                 'IDF1 against the gate (log scale); red: the best, '
+                 'green: the self-calibrated gate</text></svg>')
     return "".join(parts)
 
 

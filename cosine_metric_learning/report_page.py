@@ -12,7 +12,7 @@ import json
 import math
 import os
 
-from cosine_metric_learning import appearance, render, tracking
+from cosine_metric_learning import render, track_report, tracking
 
 PAGE_NAME = "report.html"
 # the plot's size in pixels, and its margins
@@ -59,27 +59,17 @@ def _rgb(track):
 
 
 def _table(summary):
+    """The rows of :func:`track_report.table_rows` as an HTML table."""
     columns = ("model", "gate", "budget", *tracking.METRICS)
     head = "".join(f"<th>{m}</th>" for m in columns)
     rows = []
-    for model, entry in summary["models"].items():
-        shown = [("", entry["runs"][0])]
-        if entry.get("best") not in (None, entry["runs"][0]):
-            shown.append((" (best)", entry["best"]))
-        for suffix, run in shown:
-            combined = run["metrics"].get("COMBINED")
-            if combined is None:
-                continue
-            p = run["parameters"]
-            gate = ("-" if model in appearance.NO_APPEARANCE
-                    else f"{p['max_cosine_distance']:g}")
-            values = "".join(
-                f"<td>{combined[m]}</td>" if m == "IDSW"
-                else f"<td>{100 * combined[m]:.1f}</td>"
-                for m in tracking.METRICS)
-            rows.append(f"<tr><td>{html.escape(entry['label'] + suffix)}"
-                        f"</td><td>{gate}</td><td>{p['nn_budget']}</td>"
-                        f"{values}</tr>")
+    for label, gate, budget, combined in track_report.table_rows(summary):
+        values = "".join(
+            f"<td>{combined[m]}</td>" if m == "IDSW"
+            else f"<td>{100 * combined[m]:.1f}</td>"
+            for m in tracking.METRICS)
+        rows.append(f"<tr><td>{html.escape(label)}</td><td>{gate}</td>"
+                    f"<td>{budget}</td>{values}</tr>")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 

@@ -6,11 +6,12 @@ import shlex
 from cosine_metric_learning import appearance, gates, tracking
 
 
-def format_table(summary):
-    """A row per model (its default setting and, swept, its best)."""
-    header = (f"{'model':32s} {'gate':>6s} {'budget':>6s} "
-              + " ".join(f"{m:>6s}" for m in tracking.METRICS))
-    lines = [header, "-" * len(header)]
+def table_rows(summary):
+    """``(label, gate, budget, combined metrics)`` of each row of the
+    results table: a row per model, its default setting and, swept, its
+    best (the gate ``-`` for a model without appearance); runs of no
+    scored sequence are left out. The text table and the report page
+    show these rows."""
     for model, entry in summary["models"].items():
         shown = [("", entry["runs"][0])]
         best = entry.get("best")
@@ -23,11 +24,19 @@ def format_table(summary):
             p = run["parameters"]
             gate = ("-" if model in appearance.NO_APPEARANCE
                     else f"{p['max_cosine_distance']:g}")
-            values = " ".join(
-                f"{combined[m]:6d}" if m == "IDSW"
-                else f"{100 * combined[m]:6.1f}" for m in tracking.METRICS)
-            lines.append(f"{(entry['label'] + suffix)[-32:]:32s} {gate:>6s} "
-                         f"{p['nn_budget']:>6d} {values}")
+            yield entry["label"] + suffix, gate, p["nn_budget"], combined
+
+
+def format_table(summary):
+    """The rows of :func:`table_rows` as text."""
+    header = (f"{'model':32s} {'gate':>6s} {'budget':>6s} "
+              + " ".join(f"{m:>6s}" for m in tracking.METRICS))
+    lines = [header, "-" * len(header)]
+    for label, gate, budget, combined in table_rows(summary):
+        values = " ".join(
+            f"{combined[m]:6d}" if m == "IDSW"
+            else f"{100 * combined[m]:6.1f}" for m in tracking.METRICS)
+        lines.append(f"{label[-32:]:32s} {gate:>6s} {budget:>6d} {values}")
     return "\n".join(lines)
 
 
@@ -35,11 +44,11 @@ def format_gates(entry, given, model=None, videos=(), sequences=0):
     """A model's gates: self-calibrated (in each tracker's convention),
     the best of the sweep with its Deep SORT command line (paths quoted
     for the shell), and the one found on the ground truth; ``given``: the
-    gate asked for (a number, or :data:`gates.AUTO`); ``videos``: the names of
-    the ``sequences`` (a count) whose frames are in a video, which Deep
-    SORT's application cannot read (it reads ``img1/``). :data:`appearance.IDENTITY`
-    (``model``) has none of them: its features are made from the ground
-    truth."""
+    gate asked for (a number, or :data:`gates.AUTO`); ``videos``: the
+    names of the ``sequences`` (a count) whose frames are in a video,
+    which Deep SORT's application cannot read (it reads ``img1/``).
+    :data:`appearance.IDENTITY` (``model``) has none of them: its features
+    are made from the ground truth."""
     if model == appearance.IDENTITY:
         lines = [
             "  no self-calibrated gate and no deep_sort_app line: its "
@@ -76,8 +85,8 @@ def format_gates(entry, given, model=None, videos=(), sequences=0):
             f"{100 * entry['best']['metrics']['COMBINED']['IDF1']:.1f}); "
             "gate on the ground truth: " + (
                 f"{gate:.4g}" if gate is not None else
-                f"none (no track seen {gates.GATE_FRAME_GAP} frames apart beside "
-                "another in a frame)"))
+                f"none (no track seen {gates.GATE_FRAME_GAP} frames apart "
+                "beside another in a frame)"))
         detection_file = shlex.quote(
             os.path.join(entry["folder"], "SEQUENCE") + ".npy")
         lines.append(

@@ -147,16 +147,18 @@ def correspondence(results, ground_truth, num_frames):
     return dict(found)
 
 
-def moments(results, ground_truth, num_frames):
+def moments(results, ground_truth, num_frames, matched=None):
     """The frames where the tracker lost a person: ``[{"frame", "kind",
     "person", "track", "was"}]`` in frame order, ``kind`` :data:`SWITCH`
     (the person is matched to another track than the last one that had
     them: ``was``) or :data:`MISSED` (the first frame of a run of frames
     where the person has no track; ``track`` None); matched as
-    :func:`correspondence` matches."""
+    :func:`correspondence` matches (``matched``: its result, where the
+    caller has it)."""
+    if matched is None:
+        matched = correspondence(results, ground_truth, num_frames)
     found = []
-    for person, frames in correspondence(results, ground_truth,
-                                         num_frames).items():
+    for person, frames in matched.items():
         last, missing = None, False
         for frame, track in frames:
             if track is None:
@@ -175,13 +177,15 @@ def moments(results, ground_truth, num_frames):
     return sorted(found, key=lambda m: (m["frame"], m["person"]))
 
 
-def timelines(results, ground_truth, num_frames):
+def timelines(results, ground_truth, num_frames, matched=None):
     """``{person: [[first, last, track or None], ...]}``: each person's
     frames in runs of one track (None: no track), as the report draws
-    them."""
+    them (``matched``: :func:`correspondence`'s result, where the caller
+    has it)."""
+    if matched is None:
+        matched = correspondence(results, ground_truth, num_frames)
     spans = {}
-    for person, frames in correspondence(results, ground_truth,
-                                         num_frames).items():
+    for person, frames in matched.items():
         runs = []
         for frame, track in frames:
             if runs and runs[-1][2] == track and runs[-1][1] == frame - 1:
@@ -192,18 +196,20 @@ def timelines(results, ground_truth, num_frames):
     return spans
 
 
-def render(sequence, results, path, ground_truth=None, log=None):
+def render(sequence, results, path, ground_truth=None, log=None,
+           matched=None):
     """Write the frames of ``sequence`` with the tracks ``results`` (rows
     ``(frame, track, left, top, width, height)``) drawn on them to the
     video ``path`` (its extension :func:`codec`'s), at the sequence's
     frame rate; with ``ground_truth`` (rows of the people scored) the
     moments of :func:`moments` are marked on their frames (and their
-    people's boxes drawn dashed where they have no track). Returns the
+    people's boxes drawn dashed where they have no track; ``matched``:
+    :func:`correspondence`'s result, where the caller has it). Returns the
     moments (empty without ground truth)."""
     cv2 = frame_io.require_opencv("drawing tracks on a video")
     results = np.asarray(results, np.float64).reshape(-1, 6)
     found = ([] if ground_truth is None else
-             moments(results, ground_truth, sequence.num_frames))
+             moments(results, ground_truth, sequence.num_frames, matched))
     at = collections.defaultdict(list)
     for moment in found:
         at[moment["frame"]].append(moment)
@@ -218,7 +224,8 @@ def render(sequence, results, path, ground_truth=None, log=None):
         for number, frame in sequence.frames(range(1, sequence.num_frames
                                                    + 1)):
             frame = np.ascontiguousarray(frame)
-            for row in results[results[:, 0] == number]:
+            here = results[results[:, 0] == number]
+            for row in here:
                 track = int(row[1])
                 left, top, w, h = (int(round(v)) for v in row[2:6])
                 trail = trails.setdefault(track, collections.deque(
@@ -231,10 +238,10 @@ def render(sequence, results, path, ground_truth=None, log=None):
                 if len(trail) > 1:
                     cv2.polylines(frame, [np.array(trail, np.int32)], False,
                                   bgr, 2)
-            for track in [t for t in trails
-                          if not np.any((results[:, 0] == number)
-                                        & (results[:, 1] == t))]:
-                del trails[track]  # ended or missed: its trail starts anew
+            # a track ended or missed here: its trail starts anew
+            present = set(here[:, 1].astype(int).tolist())
+            trails = {t: trail for t, trail in trails.items()
+                      if t in present}
             if ground_truth is not None:
                 _mark(cv2, frame, number, ground_truth, at.get(number, []))
             writer.write(frame)
@@ -303,8 +310,11 @@ def draw(sequence, tracked, folder, written, classes):
             sequence.ground_truth, classes)]
         truth = truth[truth[:, 0] <= sequence.scored_frames]
     logging.info("%s: drawing the tracks of %s", sequence.name, folder)
-    found = render(
-        sequence, tracked, written(folder, sequence.name + extension), truth)
+    # truth ends at the scored frames: one matching serves the whole video
+    matched = (None if truth is None else
+               correspondence(tracked, truth, sequence.num_frames))
+    found = render(sequence, tracked, written(
+        folder, sequence.name + extension), truth, matched=matched)
     one = {"video": f"{folder}/{sequence.name}{extension}",
            "num_frames": sequence.num_frames,
            "frame_rate": mot_sequences.frame_rate(sequence),
@@ -313,5 +323,6 @@ def draw(sequence, tracked, folder, written, classes):
         one["moments"] = write_moments(
             written(folder, f"{sequence.name}.moments.json"), sequence,
             found)
-        one["timelines"] = timelines(tracked, truth, sequence.scored_frames)
+        one["timelines"] = timelines(tracked, truth, sequence.num_frames,
+                                     matched)
     return one

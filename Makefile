@@ -111,7 +111,7 @@ demo: install
 	@echo "Deep SORT encoder:  $(DEMO_DIR)/market1501.pb"
 	@echo "ONNX:               $(DEMO_DIR)/market1501.onnx"
 	@echo "int8 (ONNX, OpenVINO): $(DEMO_DIR)/market1501_int8.onnx, $(DEMO_DIR)/market1501_int8.xml"
-	@echo "Tracking:           $(DEMO_DIR)/tracking/summary.json"
+	@echo "Tracking:           $(DEMO_DIR)/tracking/summary.json, report.html (open it in a browser)"
 	@echo "Own cameras:        $(DEMO_DIR)/own_people (manifest.json)"
 	@echo "Adapted, unlabeled: $(DEMO_DIR)/adapted (adapt.json, adapted.pb: the kept model)"
 	@echo "TensorBoard:        $(VENV)/bin/tensorboard --logdir_spec train:$(DEMO_DIR)/output,eval:$(DEMO_DIR)/eval"
